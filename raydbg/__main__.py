@@ -1,0 +1,5 @@
+import sys
+
+from raydbg.cli import main
+
+sys.exit(main())

@@ -1,0 +1,92 @@
+"""Activation: the runtime-env hook that puts raydbg into a job's workers, chaining user hooks."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from typing import Any
+
+from raydbg import config
+
+HOOK_NAME = "raydbg.activation.runtime_env_hook"
+SETUP_HOOK_NAME = "raydbg.worker.hook.setup_hook"
+USER_ENV_HOOK = "RAYDBG_USER_RUNTIME_ENV_HOOK"
+
+
+def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """`ray.init(runtime_env=raydbg.runtime_env())`: activate raydbg for this job.
+
+    Turns RAY_DEBUG on for the job even if the driver's environment lacks it.
+    """
+    os.environ.setdefault("RAY_DEBUG", "1")
+    return with_raydbg(base)
+
+
+def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
+    """A copy of `env` with raydbg's worker setup hook (chaining the user's) and settings."""
+    out: dict[str, Any] = dict(env or {})
+    env_vars = dict(out.get("env_vars") or {})
+    for key, value in config.carried_env().items():
+        env_vars.setdefault(key, value)
+    user_hook = out.get("worker_process_setup_hook")
+    if user_hook is None or user_hook == SETUP_HOOK_NAME:
+        out["worker_process_setup_hook"] = SETUP_HOOK_NAME
+    elif isinstance(user_hook, str):
+        env_vars["RAYDBG_USER_SETUP_HOOK"] = user_hook
+        out["worker_process_setup_hook"] = SETUP_HOOK_NAME
+    elif not _is_chained(user_hook):
+        from raydbg.worker.hook import chained_setup_hook
+
+        out["worker_process_setup_hook"] = functools.partial(chained_setup_hook, user_hook)
+    out["env_vars"] = env_vars
+    install_driver_breakpoint()
+    return out
+
+
+def _is_chained(hook: Any) -> bool:
+    from raydbg.worker.hook import chained_setup_hook
+
+    return isinstance(hook, functools.partial) and hook.func is chained_setup_hook
+
+
+def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:
+    """Named by RAY_RUNTIME_ENV_HOOK; Ray calls it in the driver during ray.init()."""
+    user = os.environ.get(USER_ENV_HOOK)
+    if user and user != HOOK_NAME:
+        from ray._private.utils import load_class
+
+        env = load_class(user)(env)
+    if not config.is_active():
+        return dict(env or {})
+    return with_raydbg(env)
+
+
+def _driver_breakpoint(*args: Any, **kwargs: Any) -> None:
+    """breakpoint() in the driver: an ordinary local pdb prompt, not a remote wait."""
+    import pdb
+
+    pdb.Pdb().set_trace(sys._getframe(1))
+
+
+def install_driver_breakpoint() -> None:
+    # ray.init sets PYTHONBREAKPOINT to a remote wait; replacing the hook itself wins.
+    if not _in_ray_worker():
+        sys.breakpointhook = _driver_breakpoint
+
+
+def _in_ray_worker() -> bool:
+    try:
+        import ray
+
+        return bool(ray._private.worker.global_worker.mode == ray.WORKER_MODE)
+    except Exception:
+        return False
+
+
+def enable_in_environ(environ: dict[str, str]) -> None:
+    """Point RAY_RUNTIME_ENV_HOOK at raydbg, keeping a user's hook to chain."""
+    current = environ.get("RAY_RUNTIME_ENV_HOOK")
+    if current and current != HOOK_NAME:
+        environ[USER_ENV_HOOK] = current
+    environ["RAY_RUNTIME_ENV_HOOK"] = HOOK_NAME

@@ -1,0 +1,1 @@
+"""Node agents: one Ray actor per node (relay, collector, monitor); the head's serves the gateway."""

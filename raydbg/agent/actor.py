@@ -1,0 +1,123 @@
+"""The node agent actor: hosts the server (gateway on the head), the collector and heartbeats."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import raydbg
+from raydbg import config, registry
+from raydbg.agent import collector, nodes
+from raydbg.agent.server import AgentServer
+from raydbg.agent.token import agent_token
+
+log = logging.getLogger("raydbg.agent")
+
+HEARTBEAT_S = 1.0
+
+
+class NodeAgent:
+    """One per node. Started by `raydbg up` or by the first paused worker on the node."""
+
+    def __init__(self, node_id: str, is_head: bool) -> None:
+        import ray
+
+        self.node_id = node_id
+        self.is_head = is_head
+        self.node_ip = ray.util.get_node_ip_address()
+        self.token = agent_token(is_head)
+        self.server = AgentServer(
+            node_id, self.node_ip, self.token, is_head, nodes_fn=nodes.cluster_nodes if is_head else None
+        )
+        self.port = 0
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        threading.Thread(target=self._serve, name="raydbg-agent-server", daemon=True).start()
+        if not self._ready.wait(30):
+            raise RuntimeError("raydbg agent: server did not start")
+        self._publish()
+        threading.Thread(target=self._heartbeat, name="raydbg-agent-heartbeat", daemon=True).start()
+
+    def _serve(self) -> None:
+        from aiohttp import web
+
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        runner = web.AppRunner(self.server.app(), access_log=None)
+        loop.run_until_complete(runner.setup())
+        host = self.node_ip
+        port = config.gateway_port() if self.is_head else 0
+        site = web.TCPSite(runner, host, port)
+        loop.run_until_complete(site.start())
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self._ready.set()
+        loop.run_forever()
+
+    def _agent_record(self) -> dict[str, Any]:
+        return {
+            "node_id": self.node_id,
+            "node_ip": self.node_ip,
+            "port": self.port,
+            "pid": os.getpid(),
+            "version": raydbg.__version__,
+            "is_head": self.is_head,
+            "started_at": time.time(),
+        }
+
+    def _publish(self) -> None:
+        self.record = self._agent_record()
+        registry.put(registry.AGENT + self.node_id, self.record)
+        if self.is_head:
+            gateway = {
+                "address": f"{self.node_ip}:{self.port}",
+                "node_id": self.node_id,
+                "pid": os.getpid(),
+                "version": raydbg.__version__,
+            }
+            registry.put(registry.GATEWAY, gateway)
+            _write_gateway_file(gateway)
+            log.warning("raydbg gateway listening on %s:%s (token required)", self.node_ip, self.port)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(HEARTBEAT_S):
+            try:
+                self.record["memory"] = nodes.node_memory()
+                self.record["workers"] = nodes.count_ray_workers()
+                self.record["heartbeat"] = time.time()
+                registry.put(registry.AGENT + self.node_id, self.record)
+                alive = nodes.alive_node_ids() if self.is_head else None
+                collector.collect(self.node_id, alive)
+            except Exception:
+                log.exception("raydbg agent heartbeat failed")
+
+    # --- remote methods -------------------------------------------------------
+    def info(self) -> dict[str, Any]:
+        return dict(self.record, refused=dict(self.server.refused))
+
+    def ping(self) -> bool:
+        return True
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        registry.delete(registry.AGENT + self.node_id)
+        if self.is_head:
+            registry.delete(registry.GATEWAY)
+
+
+def _write_gateway_file(gateway: dict[str, Any]) -> None:
+    """Local clients on the head find the gateway here without connecting to Ray."""
+    try:
+        import ray
+
+        session_dir = ray._private.worker._global_node.get_session_dir_path()  # type: ignore[attr-defined]
+        path = Path(session_dir) / "raydbg" / "gateway.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(gateway))
+    except Exception:
+        log.debug("raydbg: no session dir for the gateway file", exc_info=True)

@@ -1,0 +1,64 @@
+"""What the gateway reports about nodes: liveness, memory, GPUs, workers, agents."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import psutil
+
+from raydbg import registry
+
+_cache: dict[str, Any] = {"at": 0.0, "nodes": []}
+
+
+def _ray_nodes() -> list[dict[str, Any]]:
+    # ray.nodes() is a GCS round trip; the heartbeat and the API share one answer a second.
+    if time.monotonic() - _cache["at"] > 1.0:
+        import ray
+
+        _cache["nodes"] = ray.nodes()
+        _cache["at"] = time.monotonic()
+    return list(_cache["nodes"])
+
+
+def alive_node_ids() -> set[str]:
+    return {n["NodeID"] for n in _ray_nodes() if n.get("Alive")}
+
+
+def node_memory() -> dict[str, int]:
+    """Memory used/limit as the memory monitor measures it, when available."""
+    try:
+        from raydbg.memory import node_memory as measured  # type: ignore[attr-defined]
+
+        return dict(measured())
+    except Exception:
+        vm = psutil.virtual_memory()
+        return {"used": int(vm.total - vm.available), "limit": int(vm.total)}
+
+
+def count_ray_workers() -> int:
+    count = 0
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info.get("cmdline") or []
+        if cmd and "default_worker.py" in " ".join(cmd[:3]):
+            count += 1
+    return count
+
+
+def cluster_nodes() -> list[dict[str, Any]]:
+    agents = {a["node_id"]: a for a in registry.agents()}
+    out = []
+    for n in _ray_nodes():
+        agent = agents.get(n["NodeID"])
+        out.append({
+            "node_id": n["NodeID"],
+            "node_ip": n.get("NodeManagerAddress"),
+            "is_head": "node:__internal_head__" in (n.get("Resources") or {}),
+            "alive": bool(n.get("Alive")),
+            "memory": agent.get("memory") if agent else None,
+            "gpus": agent.get("gpus", []) if agent else [],
+            "workers": agent.get("workers") if agent else None,
+            "agent": agent,
+        })
+    return out

@@ -1,0 +1,216 @@
+"""The `raydbg` command line: run, up, down, status, list, forward (and subcommands of other parts)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from raydbg import records
+from raydbg.client import Gateway, GatewayError
+
+
+class UserError(Exception):
+    """Printed as one line, exit code 1, no traceback."""
+
+
+def _gateway(args: argparse.Namespace) -> Gateway:
+    return Gateway.discover(getattr(args, "address", None), getattr(args, "token_file", None))
+
+
+def _print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True))
+
+
+# --- run / up / down ------------------------------------------------------------
+def cmd_run(args: argparse.Namespace) -> int:
+    if not args.cmd:
+        raise UserError("usage: raydbg run -- COMMAND [ARGS...]")
+    from raydbg.activation import enable_in_environ
+
+    env = dict(os.environ)
+    env.setdefault("RAY_DEBUG", "1")
+    if args.post_mortem:
+        env["RAY_DEBUG_POST_MORTEM"] = "1"
+    enable_in_environ(env)
+    cmd = args.cmd[1:] if args.cmd[0] == "--" else args.cmd
+    try:
+        os.execvpe(cmd[0], cmd, env)
+    except FileNotFoundError:
+        raise UserError(f"command not found: {cmd[0]}") from None
+    return 0
+
+
+def _connect_ray() -> None:
+    import ray
+
+    address = os.environ.get("RAY_ADDRESS") or "auto"
+    try:
+        ray.init(address=address, namespace="raydbg", logging_level="ERROR", log_to_driver=False)
+    except ConnectionError as exc:
+        raise UserError(f"no Ray cluster to connect to ({exc}); start one with `ray start --head`") from None
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    from raydbg.agent import lifecycle
+
+    _connect_ray()
+    agents = lifecycle.up()
+    from raydbg import registry
+
+    gateway = registry.get(registry.GATEWAY) or {}
+    if args.json:
+        _print_json({"gateway": gateway.get("address"), "agents": agents})
+    else:
+        print(f"raydbg up: {len(agents)} agent(s); gateway {gateway.get('address')}")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    from raydbg.agent import lifecycle
+
+    _connect_ray()
+    print(f"raydbg down: stopped {lifecycle.down()} agent(s)")
+    return 0
+
+
+# --- status / list ----------------------------------------------------------------
+def cmd_status(args: argparse.Namespace) -> int:
+    gw = _gateway(args)
+    status = asyncio.run(gw.status())
+    if args.json:
+        _print_json(status)
+        return 0
+    print(f"raydbg {status['version']} active: gateway {status['gateway']} "
+          f"(ray {status['ray_version']}, debugpy {status['debugpy_version']})")
+    print(f"paused sessions: {status['sessions']}")
+    for agent in status["agents"]:
+        head = " (head)" if agent.get("is_head") else ""
+        print(f"  agent {agent['node_id'][:12]} {agent['node_ip']}:{agent['port']} pid {agent['pid']}{head}")
+    return 0
+
+
+LIST_COLUMNS = ("id", "job", "what", "node", "pid", "where", "function", "reason", "paused", "attached")
+
+
+def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
+    return (
+        rec["id"],
+        rec.get("job_id", ""),
+        records.label(rec),
+        (rec.get("node_ip") or rec.get("node_id", "")[:12]),
+        str(rec.get("pid")),
+        f"{os.path.basename(rec.get('file', ''))}:{rec.get('line')}",
+        rec.get("function", ""),
+        records.reason_text(rec)[:60],
+        records.paused_for(rec, now),
+        "yes" if rec.get("state") == "attached" else ("starting" if rec.get("state") == "starting" else "no"),
+    )
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    recs = asyncio.run(_gateway(args).sessions())
+    if args.json:
+        _print_json(recs)
+        return 0
+    if not recs:
+        print("no paused sessions")
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=None, header_style="bold")
+    for col in LIST_COLUMNS:
+        table.add_column(col)
+    now = time.time()
+    for rec in recs:
+        table.add_row(*_list_row(rec, now))
+    Console().print(table)
+    return 0
+
+
+# --- forward ----------------------------------------------------------------------
+def cmd_forward(args: argparse.Namespace) -> int:
+    from raydbg.forward import Forwarder
+
+    async def serve() -> None:
+        fwd = Forwarder(_gateway(args), args.session_id, args.port)
+        port = await fwd.start()
+        print(f"raydbg forward: session {args.session_id} on 127.0.0.1:{port} "
+              f"(DAP clients: connect to this port; Ctrl-C to stop)", flush=True)
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await fwd.close()
+
+    try:
+        asyncio.run(serve())
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+# --- parser -----------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
+    p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
+    p.add_argument("--token-file", help="file holding the raydbg token")
+    if json_flag:
+        p.add_argument("--json", action="store_true", help="print JSON")
+
+
+Registrar = Callable[[Any], None]
+
+
+def _register_core(sub: Any) -> None:
+    p = sub.add_parser("run", help="run a command with raydbg active (RAY_DEBUG=1)")
+    p.add_argument("--post-mortem", action="store_true", help="also pause on unhandled task errors")
+    p.add_argument("cmd", nargs=argparse.REMAINDER)
+    p.set_defaults(fn=cmd_run)
+    p = sub.add_parser("up", help="start raydbg's node agents and gateway on the cluster")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(fn=cmd_up)
+    p = sub.add_parser("down", help="stop raydbg's node agents")
+    p.set_defaults(fn=cmd_down)
+    p = sub.add_parser("status", help="is raydbg active: agents, gateway, sessions, versions")
+    _common(p)
+    p.set_defaults(fn=cmd_status)
+    p = sub.add_parser("list", help="paused debug sessions, cluster-wide")
+    _common(p)
+    p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("forward", help="a local port any DAP client can attach to")
+    p.add_argument("session_id")
+    p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port)")
+    _common(p, json_flag=False)
+    p.set_defaults(fn=cmd_forward)
+
+
+# Other parts (tui, telemetry, memory) add their subcommands here.
+REGISTRARS: list[Registrar] = [_register_core]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="raydbg", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for register in REGISTRARS:
+        register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except (UserError, GatewayError) as exc:
+        print(f"raydbg: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

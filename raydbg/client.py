@@ -1,0 +1,132 @@
+"""Gateway client for the CLI and the TUI: finds the gateway and the token, calls the JSON API."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from raydbg import auth
+
+
+class GatewayError(Exception):
+    """A problem a user can fix; the message is one line that says what to do."""
+
+
+def _gateway_from_gcs(address: str) -> str | None:
+    from raydbg import registry
+
+    try:
+        registry.connect(address)
+        info = registry.get(registry.GATEWAY)
+    except Exception as exc:
+        raise GatewayError(f"cannot reach the Ray cluster at {address}: {exc}") from None
+    return info["address"] if info else None
+
+
+def _local_gcs_address() -> str | None:
+    for path in (Path("/tmp/ray/ray_current_cluster"),):
+        try:
+            text = path.read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text.splitlines()[0]
+    return None
+
+
+def find_gateway(address: str | None = None) -> str:
+    """--address, RAYDBG_GATEWAY, the cluster at RAY_ADDRESS, else the local Ray session."""
+    if address:
+        return address
+    if os.environ.get("RAYDBG_GATEWAY"):
+        return os.environ["RAYDBG_GATEWAY"]
+    ray_address = os.environ.get("RAY_ADDRESS", "")
+    if ray_address and ray_address != "auto" and "://" not in ray_address:
+        found = _gateway_from_gcs(ray_address)
+        if found:
+            return found
+        raise GatewayError(f"raydbg is not active on the cluster at {ray_address}: run `raydbg up`")
+    local = Path("/tmp/ray/session_latest/raydbg/gateway.json")
+    if local.exists():
+        try:
+            return str(json.loads(local.read_text())["address"])
+        except (ValueError, KeyError, OSError):
+            pass
+    gcs = _local_gcs_address()
+    if gcs:
+        found = _gateway_from_gcs(gcs)
+        if found:
+            return found
+        raise GatewayError("raydbg is not active on the local Ray cluster: run `raydbg up`")
+    raise GatewayError("no Ray cluster found: set RAY_ADDRESS (or RAYDBG_GATEWAY), or start one with `ray start --head`")
+
+
+@dataclass
+class Gateway:
+    address: str
+    token: str
+
+    @classmethod
+    def discover(cls, address: str | None = None, token_file: str | None = None) -> Gateway:
+        try:
+            token = auth.client_token(token_file)
+        except auth.TokenError as exc:
+            raise GatewayError(str(exc)) from None
+        return cls(find_gateway(address), token)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+    def url(self, path: str, scheme: str = "http") -> str:
+        return f"{scheme}://{self.address}{path}"
+
+    async def get(self, path: str, timeout: float = 10.0) -> Any:
+        try:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
+                async with http.get(self.url(path), headers=self.headers) as resp:
+                    body = await resp.json(content_type=None)
+                    if resp.status == 401:
+                        raise GatewayError(f"the gateway at {self.address} refused the token: check RAYDBG_TOKEN / --token-file")
+                    if resp.status >= 400:
+                        raise GatewayError(str(body.get("error") if isinstance(body, dict) else body))
+                    return body
+        except aiohttp.ClientConnectorError:
+            raise GatewayError(f"cannot connect to the raydbg gateway at {self.address}: is `raydbg up` running?") from None
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise GatewayError(f"gateway {self.address}: {exc or type(exc).__name__}") from None
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        return list(await self.get("/api/v1/sessions"))
+
+    async def session(self, sid: str) -> dict[str, Any]:
+        return dict(await self.get(f"/api/v1/sessions/{sid}"))
+
+    async def status(self) -> dict[str, Any]:
+        return dict(await self.get("/api/v1/status"))
+
+    async def nodes(self) -> list[dict[str, Any]]:
+        return list(await self.get("/api/v1/nodes"))
+
+    async def events(self, limit: int = 100) -> list[dict[str, Any]]:
+        return list(await self.get(f"/api/v1/events?limit={limit}"))
+
+    async def open_dap(self, http: aiohttp.ClientSession, sid: str) -> aiohttp.ClientWebSocketResponse:
+        """The DAP relay WebSocket for a session (raw DAP bytes in binary messages)."""
+        try:
+            return await http.ws_connect(self.url(f"/api/v1/sessions/{sid}/dap"), headers=self.headers, max_msg_size=0)
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401:
+                raise GatewayError("the gateway refused the token") from None
+            if exc.status == 404:
+                raise GatewayError(f"no paused session {sid}") from None
+            if exc.status == 409:
+                raise GatewayError(f"session {sid} is busy or not attachable yet") from None
+            raise GatewayError(f"gateway refused the relay: HTTP {exc.status}") from None
+        except aiohttp.ClientConnectorError:
+            raise GatewayError(f"cannot connect to the raydbg gateway at {self.address}") from None

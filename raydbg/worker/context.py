@@ -1,0 +1,74 @@
+"""Who is pausing: the Ray job, task, actor, Train rank and node of the current worker."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+
+def _hex(value: Any) -> str | None:
+    if value is None:
+        return None
+    return value if isinstance(value, str) else value.hex()
+
+
+def train_rank() -> int | None:
+    """World rank when this thread runs a Ray Train worker's training function."""
+    if "ray.train" not in sys.modules:
+        return None
+    try:
+        import ray.train
+
+        return int(ray.train.get_context().get_world_rank())
+    except Exception:
+        return None
+
+
+def ray_context() -> dict[str, Any]:
+    """Fields of the session record that describe the Ray side; empty outside Ray."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return {"job_id": "", "node_id": "", "node_ip": ""}
+        ctx = ray.get_runtime_context()
+        actor_id = _hex(ctx.get_actor_id())
+        actor_name = None
+        if actor_id:
+            actor_name = ctx.get_actor_name() or _actor_class_name()
+        return {
+            "job_id": _hex(ctx.get_job_id()) or "",
+            "task_id": _hex(ctx.get_task_id()),
+            "task_name": _task_name(ctx),
+            "actor_id": actor_id,
+            "actor_name": actor_name,
+            "node_id": _hex(ctx.get_node_id()) or "",
+            "node_ip": ray.util.get_node_ip_address(),
+            "train_rank": train_rank(),
+        }
+    except Exception:
+        return {"job_id": "", "node_id": "", "node_ip": ""}
+
+
+def _task_name(ctx: Any) -> str | None:
+    try:
+        return ctx.get_task_name()
+    except Exception:
+        return None
+
+
+def _actor_class_name() -> str | None:
+    try:
+        import ray
+
+        return ray._private.worker.global_worker.actor_name or None  # type: ignore[attr-defined]
+    except Exception:
+        return None
+
+
+def cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:
+        return ""

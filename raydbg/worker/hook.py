@@ -1,0 +1,74 @@
+"""The worker_process_setup_hook raydbg installs: owns breakpoint() and post-mortem in workers."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from typing import Any
+
+from raydbg import config
+
+log = logging.getLogger("raydbg.worker")
+
+USER_HOOK_ENV = "RAYDBG_USER_SETUP_HOOK"
+
+
+def breakpointhook(*args: Any, **kwargs: Any) -> None:
+    """sys.breakpointhook in workers: pause this thread on the caller's line."""
+    from raydbg.worker.session import pause
+
+    frame = sys._getframe(1)
+    try:
+        pause(frame, "breakpoint")
+    except Exception:
+        log.exception("raydbg: breakpoint() could not start a debug session; continuing")
+
+
+def post_mortem() -> None:
+    """Called by Ray's task-error path (RAY_DEBUG_POST_MORTEM=1) inside its except clause."""
+    from raydbg.worker.session import pause
+
+    exc_type, exc, tb = sys.exc_info()
+    if exc_type is None or exc is None or tb is None:
+        return
+    last = tb
+    while last.tb_next is not None:
+        last = last.tb_next
+    try:
+        pause(last.tb_frame, "exception", (exc_type, exc, tb))
+    except Exception:
+        log.exception("raydbg: post-mortem could not start a debug session")
+
+
+def install() -> None:
+    """Take over breakpoint() and post-mortem in this worker process."""
+    # Ray sets PYTHONBREAKPOINT in workers; replacing the hook itself wins over it.
+    sys.breakpointhook = breakpointhook
+    import ray.util.debugpy as ray_debugpy
+    import ray.util.rpdb as rpdb
+
+    rpdb._post_mortem = post_mortem  # type: ignore[assignment]
+    ray_debugpy._post_mortem = post_mortem  # type: ignore[assignment]
+
+
+def setup_hook() -> None:
+    """Entry point named in runtime_env['worker_process_setup_hook']."""
+    if config.is_active():
+        install()
+    _run_user_hook()
+
+
+def chained_setup_hook(user_hook: Any) -> None:
+    """Variant for a user hook given as a callable (Ray pickles this partial)."""
+    setup_hook()
+    user_hook()
+
+
+def _run_user_hook() -> None:
+    name = os.environ.get(USER_HOOK_ENV)
+    if not name:
+        return
+    from ray._private.utils import load_class
+
+    load_class(name)()
