@@ -1,0 +1,269 @@
+"""Pure kill policy: a node memory snapshot -> ordered victims, each with a reason.
+
+No Ray import and no I/O: the monitor builds a `Snapshot`, calls `decide`, kills.
+
+Preference (best victim first):
+  tier 0  idle workers (no task lost), then
+  tier 1  retriable tasks, tier 2 restartable actors,
+  tier 3  non-retriable tasks, tier 4 non-restartable actors (unknown budget = none).
+Within a tier: never the last running task of a caller while another candidate of
+the tier exists; workers raydbg already killed once go after fresh ones (their
+retries must not burn out); groups by caller, largest group first, then the group
+whose oldest member is newest; newest first within a group.
+
+Selection: tiers strictly in order (a worse tier is touched only when the better
+ones cannot free enough). Inside the current tier the first candidate in preference
+order that alone frees what is still needed is chosen; when none does, the one that
+frees the most (fewest kills). Stop as soon as the deficit is covered.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+IDLE, TASK, ACTOR = "idle", "task", "actor"
+TIER_NAMES = (
+    "idle worker",
+    "retriable task",
+    "restartable actor",
+    "non-retriable task",
+    "non-restartable actor",
+)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A worker process the monitor may kill (never a driver or a system process)."""
+
+    pid: int
+    memory: int  # bytes freed if it dies (USS)
+    kind: str = TASK  # "task", "actor" or "idle"
+    start_time: float = 0.0  # when the running task/actor started (epoch s)
+    owner: str | None = None  # caller: parent task id, or the actor's owner
+    retries_left: int | None = None  # None: unknown (treated as none); -1: infinite
+    name: str = ""
+    task_id: str | None = None
+    actor_id: str | None = None
+    job_id: str | None = None
+    attempt: int | None = None
+    growth: float = 0.0  # bytes/s, measured by the monitor
+    gpu_memory: int = 0
+    prior_kills: int = 0  # how often raydbg already killed this task/actor
+
+    @property
+    def retriable(self) -> bool:
+        if self.kind == IDLE:
+            return True
+        return self.retries_left is not None and (self.retries_left > 0 or self.retries_left < 0)
+
+    @property
+    def tier(self) -> int:
+        if self.kind == IDLE:
+            return 0
+        actor = self.kind == ACTOR
+        return (1 if self.retriable else 3) + (1 if actor else 0)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    threshold: float = 0.9  # fraction of the limit where raydbg acts
+    min_free: int = 0  # act also when less than this many bytes are free
+    margin: float = 0.05  # get back under threshold minus this fraction of the limit
+    horizon_s: float = 1.0  # act when the limit would be reached within this time
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    used: int
+    limit: int
+    candidates: tuple[Candidate, ...] = ()
+    growth: float = 0.0  # node bytes/s (smoothed)
+    pending: tuple[int, ...] = ()  # pids killed in the last round, not gone yet
+
+
+@dataclass(frozen=True)
+class Victim:
+    candidate: Candidate
+    reason: str
+    freed: int  # bytes this kill is counted for (memory + growth over the horizon)
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # "none", "wait", "kill" or "nothing-to-kill"
+    trigger: str | None  # "threshold", "min-free", "trend" or None
+    threshold_bytes: int
+    target_bytes: int
+    need: int  # bytes to free (0 when no action)
+    victims: tuple[Victim, ...] = ()
+    order: tuple[Candidate, ...] = field(default_factory=tuple)  # full preference order
+    message: str = ""
+
+
+def threshold_bytes(limit: int, cfg: PolicyConfig) -> int:
+    t = int(limit * cfg.threshold)
+    if cfg.min_free > 0:
+        t = min(t, limit - cfg.min_free)
+    return max(0, t)
+
+
+def trigger_of(used: int, limit: int, growth: float, cfg: PolicyConfig) -> str | None:
+    """Why to act now, or None."""
+    if used >= int(limit * cfg.threshold):
+        return "threshold"
+    if cfg.min_free > 0 and used >= limit - cfg.min_free:
+        return "min-free"
+    if growth > 0 and (limit - used) / growth < cfg.horizon_s:
+        return "trend"
+    return None
+
+
+def freed_by(c: Candidate, cfg: PolicyConfig) -> int:
+    # A growing victim also stops growing: count its growth over the horizon.
+    return c.memory + int(max(0.0, c.growth) * cfg.horizon_s)
+
+
+def _group_key(c: Candidate) -> str:
+    return c.owner if c.owner is not None else f"pid:{c.pid}"
+
+
+def preference_order(
+    candidates: tuple[Candidate, ...] | list[Candidate], chosen: frozenset[int] = frozenset()
+) -> list[Candidate]:
+    """All candidates not in `chosen`, best victim first (see the module docstring)."""
+    rest = [c for c in candidates if c.pid not in chosen]
+    # Running (non-idle) tasks per caller that survive the kills chosen so far.
+    alive_per_owner = Counter(c.owner for c in rest if c.kind != IDLE and c.owner is not None)
+    group_size: Counter[tuple[int, str]] = Counter((c.tier, _group_key(c)) for c in candidates)
+    group_oldest: dict[tuple[int, str], float] = {}
+    for c in candidates:
+        k = (c.tier, _group_key(c))
+        group_oldest[k] = min(group_oldest.get(k, c.start_time), c.start_time)
+
+    def last_of_caller(c: Candidate) -> bool:
+        return c.kind != IDLE and c.owner is not None and alive_per_owner[c.owner] <= 1
+
+    def key(c: Candidate) -> tuple[object, ...]:
+        g = (c.tier, _group_key(c))
+        if c.kind == IDLE:  # idle: biggest first, nothing else matters
+            return (0, False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
+        return (
+            c.tier,
+            last_of_caller(c),
+            c.prior_kills > 0,
+            -group_size[g],
+            -group_oldest[g],
+            g[1],  # stable tie-break between equal groups
+            0,
+            -c.start_time,
+            c.pid,
+        )
+
+    return sorted(rest, key=key)
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def _reason(
+    c: Candidate,
+    tier_pool: list[Candidate],
+    covers: bool,
+    need_left: int,
+    freed: int,
+    last: bool,
+    better_chosen: int,
+) -> str:
+    parts = [TIER_NAMES[c.tier]]
+    if c.kind != IDLE:
+        if c.retries_left is None:
+            parts.append("retry budget unknown, treated as none")
+        elif c.retries_left < 0:
+            parts.append("infinite retries")
+        else:
+            parts.append(f"{c.retries_left} retries left")
+    if c.tier > 0:
+        parts.append(
+            f"better-placed candidates already chosen: {better_chosen}"
+            if better_chosen
+            else "no better-placed candidate on this node"
+        )
+    if c.owner is not None and c.kind != IDLE:
+        group = sum(1 for x in tier_pool if x.owner == c.owner)
+        parts.append(f"caller {c.owner[:16]} has {group} running here (newest first)")
+        if last:
+            parts.append("its caller's last running task: the others cannot free enough")
+    if c.prior_kills:
+        parts.append(f"already killed {c.prior_kills}x by raydbg")
+    if covers:
+        parts.append(f"frees {_gib(freed)}, enough for the {_gib(need_left)} still needed")
+    else:
+        parts.append(f"frees {_gib(freed)}, the most of its kind; {_gib(need_left)} still needed")
+    return "; ".join(parts)
+
+
+def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
+    """The whole policy: when to act, how much to free, whom to kill and why."""
+    cfg = cfg or PolicyConfig()
+    thr = threshold_bytes(snap.limit, cfg)
+    target = max(0, thr - int(cfg.margin * snap.limit))
+    trig = trigger_of(snap.used, snap.limit, snap.growth, cfg)
+    if trig is None:
+        return Decision("none", None, thr, target, 0, message="below threshold")
+    if snap.pending:
+        # One round in flight: the last victims' memory is not released yet.
+        return Decision(
+            "wait", trig, thr, target, 0,
+            message=f"waiting for {len(snap.pending)} killed worker(s) to exit",
+        )  # fmt: skip
+    projected = snap.used + int(max(0.0, snap.growth) * cfg.horizon_s)
+    need = max(1, projected - target)
+    order_all = preference_order(snap.candidates)
+    if not order_all:
+        return Decision(
+            "nothing-to-kill", trig, thr, target, need, message="no killable worker on this node"
+        )
+    victims: list[Victim] = []
+    chosen: set[int] = set()
+    need_left = need
+    while need_left > 0:
+        order = preference_order(snap.candidates, frozenset(chosen))
+        if not order:
+            break
+        alive: Counter[str] = Counter(
+            c.owner for c in order if c.kind != IDLE and c.owner is not None
+        )
+
+        def is_last(c: Candidate, alive: Counter[str] = alive) -> bool:
+            return c.kind != IDLE and c.owner is not None and alive[c.owner] <= 1
+
+        head = order[0]
+        tier = [c for c in order if c.tier == head.tier]
+        nonlast = [c for c in tier if not is_last(c)]
+        # A caller's last running task is spared while the others can free enough.
+        enough = sum(freed_by(c, cfg) for c in nonlast) >= need_left
+        pool = nonlast if nonlast and enough else tier
+        cover = [c for c in pool if freed_by(c, cfg) >= need_left]
+        if cover:
+            pick = cover[0]
+        else:
+            # max() keeps the first of equals, i.e. preference order breaks ties.
+            pick = max(pool, key=lambda c: freed_by(c, cfg))
+        freed = freed_by(pick, cfg)
+        better = sum(1 for v in victims if v.candidate.tier < pick.tier)
+        reason = _reason(pick, tier, bool(cover), need_left, freed, is_last(pick), better)
+        victims.append(Victim(pick, reason, freed))
+        chosen.add(pick.pid)
+        need_left -= freed
+    short = (
+        f"; all candidates together free too little ({_gib(need_left)} short)"
+        if need_left > 0
+        else ""
+    )
+    msg = (
+        f"{trig}: used {_gib(snap.used)} of {_gib(snap.limit)} (threshold {_gib(thr)}), "
+        f"need {_gib(need)} to get under {_gib(target)}; kill {len(victims)} of {len(order_all)}{short}"
+    )
+    return Decision("kill", trig, thr, target, need, tuple(victims), tuple(order_all), msg)
