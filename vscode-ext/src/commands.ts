@@ -1,0 +1,210 @@
+/**
+ * vscode glue for the Ray commands: cluster management, refresh, attach, launch snippet.
+ *
+ * Each handler gathers input from VS Code and hands the work to the plain modules.
+ */
+import * as vscode from "vscode";
+import { AttachRegistry, prepareAttach } from "./attach";
+import { ClusterController } from "./controller";
+import { launchSnippet } from "./launchConfig";
+import { SessionRecord, sessionName } from "./records";
+import { checkClusterName, parseGatewayAddress } from "./settings";
+import { sessionDescription } from "./treeModel";
+
+export const SECRET_PREFIX = "raydbg.token.";
+
+/** What the menus pass: a ViewItem, or the same shape from a notification button. */
+export interface ItemArg {
+  cluster?: string;
+  session?: SessionRecord;
+}
+
+export interface CommandServices {
+  context: vscode.ExtensionContext;
+  controller: ClusterController;
+  attached: AttachRegistry;
+}
+
+type ClusterList = Record<string, unknown>[];
+
+function clusterList(v: unknown): ClusterList {
+  return Array.isArray(v) ? v.filter((c): c is Record<string, unknown> => typeof c === "object" && c !== null) : [];
+}
+
+/** Edit raydbg.clusters in the scope that defines the named cluster (user settings otherwise). */
+async function editClusters(name: string | undefined, edit: (list: ClusterList) => ClusterList): Promise<void> {
+  const cfg = vscode.workspace.getConfiguration("raydbg");
+  const info = cfg.inspect<unknown[]>("clusters");
+  const scopes: [vscode.ConfigurationTarget, unknown][] = [
+    [vscode.ConfigurationTarget.WorkspaceFolder, info?.workspaceFolderValue],
+    [vscode.ConfigurationTarget.Workspace, info?.workspaceValue],
+    [vscode.ConfigurationTarget.Global, info?.globalValue],
+  ];
+  let target = vscode.ConfigurationTarget.Global;
+  let list = clusterList(info?.globalValue);
+  for (const [t, v] of scopes) {
+    if (name !== undefined && clusterList(v).some((c) => c.name === name)) {
+      target = t;
+      list = clusterList(v);
+      break;
+    }
+  }
+  await cfg.update("clusters", edit([...list]), target);
+}
+
+async function pickCluster(s: CommandServices, arg: ItemArg | undefined, title: string): Promise<string | undefined> {
+  if (arg?.cluster) return arg.cluster;
+  const names = s.controller.current.clusters.map((c) => c.name);
+  if (names.length === 0) {
+    void vscode.window.showInformationMessage("Ray: no cluster is configured yet; run 'Ray: Add Cluster'.");
+    return undefined;
+  }
+  return names.length === 1 ? names[0] : vscode.window.showQuickPick(names, { title });
+}
+
+async function addCluster(s: CommandServices): Promise<void> {
+  const address = await vscode.window.showInputBox({
+    title: "Ray: Add Cluster (1/3)",
+    prompt: "raydbg gateway address (printed by `raydbg status`)",
+    placeHolder: "head-node:8266 or https://gateway.example.com",
+    ignoreFocusOut: true,
+    validateInput: (v) => {
+      const a = parseGatewayAddress(v);
+      return typeof a === "string" ? a : undefined;
+    },
+  });
+  if (!address) return;
+  const taken = s.controller.current.clusters.map((c) => c.name);
+  const suggested = new URL((parseGatewayAddress(address) as { httpBase: string }).httpBase).hostname;
+  const name = await vscode.window.showInputBox({
+    title: "Ray: Add Cluster (2/3)",
+    prompt: "Name shown in the Ray view",
+    value: taken.includes(suggested) ? "" : suggested,
+    ignoreFocusOut: true,
+    validateInput: (v) => checkClusterName(v, taken),
+  });
+  if (!name) return;
+  const token = await vscode.window.showInputBox({
+    title: "Ray: Add Cluster (3/3)",
+    prompt: "Gateway token (kept in VS Code's secret storage). Leave empty to use RAYDBG_TOKEN or the local token files.",
+    password: true,
+    ignoreFocusOut: true,
+  });
+  if (token === undefined) return;
+  if (token.trim()) await s.context.secrets.store(SECRET_PREFIX + name.trim(), token.trim());
+  await editClusters(undefined, (list) => [...list, { name: name.trim(), address: address.trim() }]);
+}
+
+async function removeCluster(s: CommandServices, arg?: ItemArg): Promise<void> {
+  const name = await pickCluster(s, arg, "Ray: Remove Cluster");
+  if (!name) return;
+  const ok = await vscode.window.showWarningMessage(`Remove the Ray cluster "${name}" and its stored token?`, { modal: true }, "Remove");
+  if (ok !== "Remove") return;
+  await editClusters(name, (list) => list.filter((c) => c.name !== name));
+  await s.context.secrets.delete(SECRET_PREFIX + name);
+}
+
+async function renameCluster(s: CommandServices, arg?: ItemArg): Promise<void> {
+  const name = await pickCluster(s, arg, "Ray: Rename Cluster");
+  if (!name) return;
+  const taken = s.controller.current.clusters.map((c) => c.name).filter((n) => n !== name);
+  const next = await vscode.window.showInputBox({ title: `Rename "${name}"`, value: name, validateInput: (v) => checkClusterName(v, taken) });
+  if (!next || next.trim() === name) return;
+  const newName = next.trim();
+  const secret = await s.context.secrets.get(SECRET_PREFIX + name);
+  if (secret) await s.context.secrets.store(SECRET_PREFIX + newName, secret);
+  await editClusters(name, (list) => list.map((c) => (c.name === name ? { ...c, name: newName } : c)));
+  if (secret) await s.context.secrets.delete(SECRET_PREFIX + name);
+}
+
+async function setToken(s: CommandServices, arg?: ItemArg): Promise<void> {
+  const name = await pickCluster(s, arg, "Ray: Set Cluster Token");
+  if (!name) return;
+  const token = await vscode.window.showInputBox({
+    title: `Ray: token for "${name}"`,
+    prompt: "Paste the gateway token. Leave empty to forget the stored one.",
+    password: true,
+    ignoreFocusOut: true,
+  });
+  if (token === undefined) return;
+  if (token.trim()) await s.context.secrets.store(SECRET_PREFIX + name, token.trim());
+  else await s.context.secrets.delete(SECRET_PREFIX + name);
+  s.controller.restart(name);
+}
+
+export async function attach(s: CommandServices, arg?: ItemArg): Promise<boolean> {
+  const cluster = arg?.cluster;
+  const picked = arg?.session;
+  if (!cluster || !picked) return false;
+  const session = s.controller.session(cluster, picked.id) ?? picked;
+  const client = s.controller.client(cluster);
+  if (!client) {
+    void vscode.window.showErrorMessage(`Ray: cluster "${cluster}" is not connected; check its address and token.`);
+    return false;
+  }
+  if (!session.attachable) {
+    void vscode.window.showInformationMessage(`Ray: ${sessionName(session)} is still starting its debugger; try again in a moment.`);
+    return false;
+  }
+  if (s.attached.has(session.id)) {
+    void vscode.window.showInformationMessage(`Ray: ${sessionName(session)} is already attached.`);
+    return false;
+  }
+  if (!vscode.extensions.getExtension("ms-python.debugpy")) {
+    void vscode.window.showWarningMessage("Ray: attaching needs the Python Debugger extension (ms-python.debugpy).");
+  }
+  const folder = vscode.workspace.workspaceFolders?.[0];
+  const prepared = await prepareAttach({
+    client,
+    session,
+    pathMappings: s.controller.pathMappingsFor(cluster),
+    workspaceFolder: folder ? folder.uri.fsPath : null,
+    cluster,
+    onError: (e) => void vscode.window.showErrorMessage(`Ray: ${e.message}`),
+  });
+  s.attached.add(session.id, prepared.forwarder);
+  let started = false;
+  try {
+    started = await vscode.debug.startDebugging(folder, prepared.config);
+  } catch (e) {
+    void vscode.window.showErrorMessage(`Ray: could not start debugging: ${(e as Error).message}`);
+  }
+  if (!started) await s.attached.stop(session.id);
+  return started;
+}
+
+async function copyLaunchConfig(s: CommandServices, arg?: ItemArg): Promise<void> {
+  if (!arg?.cluster || !arg.session) return;
+  const cluster = s.controller.cluster(arg.cluster);
+  if (!cluster) return;
+  const text = launchSnippet({ session: arg.session, gatewayAddress: cluster.address, pathMappings: s.controller.pathMappingsFor(cluster.name) });
+  await vscode.env.clipboard.writeText(text);
+  void vscode.window.showInformationMessage("Ray: launch.json snippet copied. It attaches through `raydbg forward` (see its first line).");
+}
+
+/** Notification for newly paused sessions, with an Attach button for a single one. */
+export async function notifyPaused(s: CommandServices, cluster: string, sessions: SessionRecord[]): Promise<void> {
+  if (!s.controller.current.notifyOnPause || sessions.length === 0) return;
+  if (sessions.length === 1) {
+    const one = sessions[0];
+    const pick = await vscode.window.showInformationMessage(`Ray: ${sessionName(one)} paused (${sessionDescription(one)}) on ${cluster}.`, "Attach", "Show");
+    if (pick === "Attach") await attach(s, { cluster, session: one });
+    else if (pick === "Show") await vscode.commands.executeCommand("raydbg.sessions.focus");
+    return;
+  }
+  const pick = await vscode.window.showInformationMessage(`Ray: ${sessions.length} tasks paused on ${cluster}.`, "Show");
+  if (pick === "Show") await vscode.commands.executeCommand("raydbg.sessions.focus");
+}
+
+export function registerCommands(s: CommandServices): vscode.Disposable[] {
+  const reg = (id: string, fn: (arg?: ItemArg) => Promise<unknown> | void) => vscode.commands.registerCommand(id, fn);
+  return [
+    reg("raydbg.addCluster", () => addCluster(s)),
+    reg("raydbg.removeCluster", (a) => removeCluster(s, a)),
+    reg("raydbg.renameCluster", (a) => renameCluster(s, a)),
+    reg("raydbg.setToken", (a) => setToken(s, a)),
+    reg("raydbg.refresh", (a) => s.controller.refresh(a?.cluster)),
+    reg("raydbg.attach", (a) => attach(s, a)),
+    reg("raydbg.copyLaunchConfig", (a) => copyLaunchConfig(s, a)),
+  ];
+}

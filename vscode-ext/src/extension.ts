@@ -1,0 +1,83 @@
+/**
+ * Extension entry point: wires settings, SecretStorage, the Ray view, the status bar and
+ * debug-session lifetimes to the plain modules.
+ */
+import * as vscode from "vscode";
+import { AttachRegistry } from "./attach";
+import { CommandServices, notifyPaused, registerCommands, SECRET_PREFIX } from "./commands";
+import { ClusterController, gatewayHost } from "./controller";
+import { validateSettings } from "./settings";
+import { resolveToken } from "./token";
+import { RayTreeProvider } from "./view";
+
+export const VIEW_ID = "raydbg.sessions";
+
+/** Returned from activate() so tests (and other extensions) can reach the model. */
+export interface RaydbgApi {
+  controller: ClusterController;
+  provider: RayTreeProvider;
+  attached: AttachRegistry;
+}
+
+function readSettings() {
+  const cfg = vscode.workspace.getConfiguration("raydbg");
+  return validateSettings({
+    clusters: cfg.get("clusters"),
+    refreshInterval: cfg.get("refreshInterval"),
+    pathMappings: cfg.get("pathMappings"),
+    notifyOnPause: cfg.get("notifyOnPause"),
+  });
+}
+
+export function activate(context: vscode.ExtensionContext): RaydbgApi {
+  const attached = new AttachRegistry();
+  const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
+  status.command = `${VIEW_ID}.focus`;
+  const provider = new RayTreeProvider(() => controller.tree());
+  const controller = new ClusterController({
+    resolveToken: async (c) => resolveToken({ secret: await context.secrets.get(SECRET_PREFIX + c.name), tokenFile: c.tokenFile, gatewayHost: gatewayHost(c) }),
+    onChange: () => {
+      provider.update();
+      const n = controller.pausedCount();
+      status.text = `$(debug-pause) ${n} paused`;
+      status.tooltip = `Ray: ${n} paused task${n === 1 ? "" : "s"}; click to show`;
+      if (n > 0) status.show();
+      else status.hide();
+    },
+    onNewSessions: (cluster, sessions) => void notifyPaused(services, cluster, sessions),
+  });
+  const services: CommandServices = { context, controller, attached };
+
+  const view = vscode.window.createTreeView(VIEW_ID, { treeDataProvider: provider, showCollapseAll: true });
+  controller.setVisible(view.visible);
+  const { settings, errors } = readSettings();
+  controller.applySettings(settings, errors);
+
+  context.subscriptions.push(
+    view,
+    status,
+    provider,
+    view.onDidChangeVisibility((e) => controller.setVisible(e.visible)),
+    vscode.workspace.onDidChangeConfiguration((e) => {
+      if (!e.affectsConfiguration("raydbg")) return;
+      const next = readSettings();
+      controller.applySettings(next.settings, next.errors);
+    }),
+    context.secrets.onDidChange((e) => {
+      // Another window (or the Set Token command) changed a token: reconnect that cluster.
+      if (e.key.startsWith(SECRET_PREFIX)) controller.restart(e.key.slice(SECRET_PREFIX.length));
+    }),
+    vscode.debug.onDidTerminateDebugSession((ds) => {
+      const id: unknown = ds.configuration.raydbgSessionId;
+      if (typeof id === "string") void attached.stop(id);
+    }),
+    ...registerCommands(services),
+    { dispose: () => controller.dispose() },
+    { dispose: () => void attached.stopAll() },
+  );
+  return { controller, provider, attached };
+}
+
+export function deactivate(): void {
+  // Everything is in context.subscriptions.
+}

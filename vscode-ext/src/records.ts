@@ -1,0 +1,142 @@
+/**
+ * Session records as the gateway sends them (docs/architecture.md), parsed defensively.
+ *
+ * The gateway is another process on another machine, possibly another raydbg version:
+ * anything it sends is checked field by field and a bad record becomes an error value,
+ * never an exception that would blank the whole view.
+ */
+
+export interface ExceptionInfo {
+  type: string;
+  message: string;
+  traceback?: string;
+}
+
+export interface SessionRecord {
+  id: string;
+  job_id: string;
+  task_id: string | null;
+  task_name: string | null;
+  actor_id: string | null;
+  actor_name: string | null;
+  train_rank: number | null;
+  node_id: string;
+  node_ip: string;
+  pid: number | null;
+  thread_id: number | null;
+  thread_name: string | null;
+  file: string;
+  line: number | null;
+  function: string | null;
+  reason: string;
+  exception: ExceptionInfo | null;
+  since: number | null;
+  state: string;
+  attachable: boolean;
+  cwd: string | null;
+}
+
+/** A record that could not be used, with what was wrong (shown as an error item). */
+export interface BadRecord {
+  index: number;
+  error: string;
+}
+
+export interface ParsedSessions {
+  sessions: SessionRecord[];
+  bad: BadRecord[];
+}
+
+type Obj = Record<string, unknown>;
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function str(o: Obj, k: string): string | null {
+  const v = o[k];
+  return typeof v === "string" ? v : null;
+}
+
+function num(o: Obj, k: string): number | null {
+  const v = o[k];
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+function parseException(v: unknown): ExceptionInfo | null {
+  if (!isObj(v)) return null;
+  return {
+    type: str(v, "type") ?? "Exception",
+    message: str(v, "message") ?? "",
+    traceback: str(v, "traceback") ?? undefined,
+  };
+}
+
+/** One record; `id` is the only field without which nothing can be done. */
+export function parseSessionRecord(raw: unknown): SessionRecord | string {
+  if (!isObj(raw)) return `expected an object, got ${describe(raw)}`;
+  const id = str(raw, "id");
+  if (!id) return "record has no session id";
+  const state = str(raw, "state") ?? "waiting";
+  const attachable = typeof raw.attachable === "boolean" ? raw.attachable : state !== "starting";
+  return {
+    id,
+    job_id: str(raw, "job_id") ?? "unknown",
+    task_id: str(raw, "task_id"),
+    task_name: str(raw, "task_name"),
+    actor_id: str(raw, "actor_id"),
+    actor_name: str(raw, "actor_name"),
+    train_rank: num(raw, "train_rank"),
+    node_id: str(raw, "node_id") ?? "",
+    node_ip: str(raw, "node_ip") ?? "",
+    pid: num(raw, "pid"),
+    thread_id: num(raw, "thread_id"),
+    thread_name: str(raw, "thread_name"),
+    file: str(raw, "file") ?? "",
+    line: num(raw, "line"),
+    function: str(raw, "function"),
+    reason: str(raw, "reason") ?? "breakpoint",
+    exception: parseException(raw.exception),
+    since: num(raw, "since"),
+    state,
+    attachable,
+    cwd: str(raw, "cwd"),
+  };
+}
+
+/** The `GET /api/v1/sessions` body (already JSON-decoded) or a string to decode. */
+export function parseSessionList(payload: unknown): ParsedSessions | string {
+  let value = payload;
+  if (typeof payload === "string") {
+    try {
+      value = JSON.parse(payload) as unknown;
+    } catch (e) {
+      return `gateway sent invalid JSON (${(e as Error).message})`;
+    }
+  }
+  if (!Array.isArray(value)) return `gateway sent ${describe(value)} where a list of sessions was expected`;
+  const out: ParsedSessions = { sessions: [], bad: [] };
+  value.forEach((raw, index) => {
+    const rec = parseSessionRecord(raw);
+    if (typeof rec === "string") out.bad.push({ index, error: rec });
+    else out.sessions.push(rec);
+  });
+  return out;
+}
+
+function describe(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "a list";
+  return typeof v === "object" ? "an object" : `a ${typeof v}`;
+}
+
+/** Sessions in `current` whose id was not in `seen` (drives "a task paused" notifications). */
+export function newSessions(seen: ReadonlySet<string>, current: readonly SessionRecord[]): SessionRecord[] {
+  return current.filter((s) => !seen.has(s.id));
+}
+
+/** Short human name: task or actor method, with the Train rank when there is one. */
+export function sessionName(s: SessionRecord): string {
+  const base = s.task_name ?? (s.actor_name ? `${s.actor_name}.${s.function ?? "?"}` : null) ?? s.function ?? s.id;
+  return s.train_rank !== null ? `${base} [rank ${s.train_rank}]` : base;
+}
