@@ -1,0 +1,139 @@
+"""Shared real-cluster helpers: a Ray cluster with raydbg active, the CLI, forward, DAP attach."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+RAYDBG = [sys.executable, "-m", "raydbg"]
+
+
+def start_cluster(num_cpus: int = 4, **env: str) -> str:
+    """ray.init with raydbg active (RAY_DEBUG=1 in the driver's environment); returns GCS address."""
+    import ray
+
+    import raydbg
+
+    os.environ["RAY_DEBUG"] = "1"
+    os.environ.update(env)
+    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=raydbg.runtime_env(),
+             logging_level="WARNING")
+    return str(ray.get_runtime_context().gcs_address)
+
+
+def cli_env(gcs_address: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["RAY_ADDRESS"] = gcs_address
+    env.pop("RAYDBG_GATEWAY", None)
+    return env
+
+
+def raydbg_cli(gcs_address: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*RAYDBG, *args], env=cli_env(gcs_address), capture_output=True, text=True,
+                          timeout=timeout, cwd=REPO)
+
+
+def list_sessions(gcs_address: str) -> list[dict[str, Any]]:
+    out = raydbg_cli(gcs_address, "list", "--json")
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout))
+
+
+def gateway(gcs_address: str) -> Any:
+    from raydbg.client import Gateway
+
+    os.environ["RAY_ADDRESS"] = gcs_address
+    try:
+        return Gateway.discover()
+    finally:
+        os.environ.pop("RAY_ADDRESS", None)
+
+
+def wait_for_session(gw: Any, timeout: float = 90, attachable: bool = True, **match: Any) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            recs = asyncio.run(gw.sessions())
+        except Exception:
+            recs = []
+        for rec in recs:
+            if all(rec.get(k) == v for k, v in match.items()) and (rec["attachable"] or not attachable):
+                return dict(rec)
+        time.sleep(0.05)
+    raise AssertionError(f"no session matching {match} within {timeout}s")
+
+
+def wait_gone(gw: Any, sid: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(r["id"] != sid for r in asyncio.run(gw.sessions())):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"session {sid} still listed after {timeout}s")
+
+
+@contextmanager
+def forward(gcs_address: str, sid: str) -> Iterator[int]:
+    """`raydbg forward SID --port 0` as a real subprocess; yields the local port."""
+    proc = subprocess.Popen([*RAYDBG, "forward", sid, "--port", "0"], env=cli_env(gcs_address),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        if "127.0.0.1:" not in line:
+            proc.kill()
+            raise AssertionError(f"forward did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+        yield int(line.split("127.0.0.1:")[1].split()[0])
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def attach_and_inspect(port: int, variable: str, expression: str | None = None,
+                             resume: bool = True) -> dict[str, Any]:
+    """Attach through a forward port; return top frame, the variable's value, evaluation."""
+    from raydbg.dap.session import attach_session
+    from raydbg.dap.transport import open_tcp
+
+    reader, writer = await open_tcp("127.0.0.1", port)
+    client, stopped = await attach_session(reader, writer, timeout=30)
+    thread_id = stopped["body"]["threadId"]
+    frames = await client.stack_trace(thread_id)
+    top = frames[0]
+    scopes = await client.scopes(top["id"])
+    local_ref = scopes[0]["variablesReference"]
+    variables = {v["name"]: v["value"] for v in await client.variables(local_ref)}
+    result: dict[str, Any] = {
+        "top": top, "value": variables.get(variable), "stopped": stopped, "variables": variables,
+    }
+    if expression:
+        result["evaluated"] = (await client.evaluate(expression, top["id"]))["result"]
+    if resume:
+        await client.continue_(thread_id)
+        await client.disconnect()
+        await client.close()
+    else:
+        result["client"] = client
+    return result
+
+
+@pytest.fixture(scope="module")
+def ray_cluster() -> Iterator[str]:
+    import ray
+
+    address = start_cluster(RAY_DEBUG_POST_MORTEM="1", RAYDBG_WAIT_TIMEOUT="120")
+    yield address
+    ray.shutdown()
+    for name in ("RAY_DEBUG", "RAY_DEBUG_POST_MORTEM", "RAYDBG_WAIT_TIMEOUT"):
+        os.environ.pop(name, None)
