@@ -1,0 +1,160 @@
+"""Resolves who this process is in Ray (job, node, worker, task/actor, Train rank), lazily.
+
+Never imports or connects Ray: everything looks at `sys.modules` first, so a process
+that has not used Ray pays nothing and a driver that calls `ray.init()` later is
+picked up from then on. Per-task attributes are cached by task id.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import tempfile
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+_static: dict[str, str] = {}
+_task_cache: tuple[str | None, dict[str, Any]] = (None, {})
+
+
+def _ray() -> Any | None:
+    """The `ray` module if this process already imported it and is connected."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        return ray if ray.is_initialized() else None
+    except Exception:
+        return None
+
+
+def process_kind(default: str = "process") -> str:
+    """`driver` or `worker` as Ray sees this process, else `default`."""
+    ray = _ray()
+    if ray is None:
+        return default
+    try:
+        mode = ray._private.worker.global_worker.mode
+        if mode == ray._private.worker.WORKER_MODE:
+            return "worker"
+        if mode == ray._private.worker.SCRIPT_MODE:
+            return "driver"
+    except Exception:
+        pass
+    return default
+
+
+def session_dir() -> str | None:
+    """The Ray session directory of the connected cluster, or None."""
+    ray = _ray()
+    if ray is None:
+        return None
+    try:
+        node = ray._private.worker._global_node or getattr(
+            ray._private.worker.global_worker, "node", None
+        )
+        return str(node.get_session_dir_path()) if node is not None else None
+    except Exception:
+        return None
+
+
+def telemetry_dir(override: str | None = None) -> str:
+    """Where the embedded JSON lines go: override, else `<session>/raydbg/telemetry`, else tmp."""
+    if override:
+        return override
+    session = session_dir()
+    if session:
+        return os.path.join(session, "raydbg", "telemetry")
+    return os.path.join(tempfile.gettempdir(), "raydbg", "telemetry")
+
+
+def static_attributes() -> dict[str, str]:
+    """Per-process Ray ids (job, node, worker, session); cached once Ray is connected."""
+    if _static:
+        return _static
+    ray = _ray()
+    if ray is None:
+        return {}
+    attrs: dict[str, str] = {}
+    try:
+        ctx = ray.get_runtime_context()
+        attrs["ray.job_id"] = ctx.get_job_id()
+        attrs["ray.node_id"] = ctx.get_node_id()
+        worker_id = ctx.get_worker_id()
+        if worker_id:
+            attrs["ray.worker_id"] = worker_id
+        node = ray._private.worker._global_node
+        if node is not None:
+            attrs["ray.session_name"] = node.session_name
+            attrs["ray.node_ip"] = node.node_ip_address
+    except Exception:
+        return attrs
+    with _lock:
+        _static.update(attrs)
+    return _static
+
+
+def _train_rank(ray: Any) -> int | None:
+    # Only when Ray Train is already loaded in this process: never import it here.
+    if "ray.train" not in sys.modules:
+        return None
+    try:
+        rank = ray.train.get_context().get_world_rank()
+        return int(rank) if rank is not None else None
+    except Exception:
+        return None
+
+
+def task_attributes() -> dict[str, Any]:
+    """Attributes of the task running on this thread (task, actor, Train rank); cached."""
+    global _task_cache
+    ray = _ray()
+    if ray is None:
+        return {}
+    try:
+        ctx = ray.get_runtime_context()
+        task_id = ctx.get_task_id()
+    except Exception:
+        return {}
+    cached_id, cached = _task_cache
+    if task_id == cached_id:
+        return cached
+    attrs: dict[str, Any] = {}
+    try:
+        if task_id:
+            attrs["ray.task_id"] = task_id
+            name = ctx.get_task_name()
+            if name:
+                attrs["ray.task_name"] = name
+        actor_id = ctx.get_actor_id()
+        if actor_id:
+            attrs["ray.actor_id"] = actor_id
+        rank = _train_rank(ray)
+        if rank is not None:
+            attrs["ray.train.world_rank"] = rank
+    except Exception:
+        pass
+    _task_cache = (task_id, attrs)
+    return attrs
+
+
+def resource_attributes(kind: str) -> dict[str, Any]:
+    """OpenTelemetry resource attributes for this process, as far as known at set-up."""
+    attrs: dict[str, Any] = {
+        "service.name": "raydbg",
+        "service.namespace": "ray",
+        "raydbg.process": kind,
+        "process.pid": os.getpid(),
+        "host.name": socket.gethostname(),
+    }
+    attrs.update(static_attributes())
+    return attrs
+
+
+def reset_for_tests() -> None:
+    global _task_cache
+    with _lock:
+        _static.clear()
+        _task_cache = (None, {})
