@@ -31,15 +31,17 @@ def _ray() -> Any | None:
 
 
 def process_kind(default: str = "process") -> str:
-    """`driver` or `worker` as Ray sees this process, else `default`."""
-    ray = _ray()
-    if ray is None:
-        return default
+    """`driver` or `worker` as Ray sees this process, else `default`.
+
+    Reads the worker mode, which Ray sets early in connect: so this is right even
+    inside Ray's tracing start-up hook, which runs before `ray.is_initialized()`.
+    """
+    ray = sys.modules.get("ray")
     try:
-        mode = ray._private.worker.global_worker.mode
-        if mode == ray._private.worker.WORKER_MODE:
+        mode = ray._private.worker.global_worker.mode if ray is not None else None
+        if mode == ray._private.worker.WORKER_MODE:  # type: ignore[union-attr]
             return "worker"
-        if mode == ray._private.worker.SCRIPT_MODE:
+        if mode == ray._private.worker.SCRIPT_MODE:  # type: ignore[union-attr]
             return "driver"
     except Exception:
         pass
@@ -111,7 +113,8 @@ def task_attributes() -> dict[str, Any]:
     """Attributes of the task running on this thread (task, actor, Train rank); cached."""
     global _task_cache
     ray = _ray()
-    if ray is None:
+    # Only workers run tasks; asking in a driver makes Ray log a warning per call.
+    if ray is None or process_kind() != "worker":
         return {}
     try:
         ctx = ray.get_runtime_context()
