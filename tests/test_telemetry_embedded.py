@@ -85,7 +85,9 @@ def test_files_appear_and_parse(tmp_path: Path) -> None:
     assert 0 <= outer["duration"] < 5 and outer["end"] >= inner["end"]
     assert sum(r["name"] == "bulk" for r in recs if r["type"] == "span") == 10
     metrics = {r["name"]: r for r in recs if r["type"] == "metric"}
-    assert metrics["raydbg.memory.kills"]["points"] == [{"attributes": {"reason": "rss"}, "value": 2}]
+    assert metrics["raydbg.memory.kills"]["points"] == [
+        {"attributes": {"reason": "rss"}, "value": 2}
+    ]
     assert metrics["sd.train.step.duration"]["points"][0]["count"] == 1
     assert metrics["raydbg.memory.node.used"]["points"][0]["value"] == 123
     snapshot = json.loads(path.with_name(path.stem + ".metrics.json").read_text())
