@@ -190,7 +190,13 @@ def _register_core(sub: Any) -> None:
 
 
 # Other parts (tui, telemetry, memory) add their subcommands here.
-REGISTRARS: list[Registrar] = [_register_core]
+def _register_telemetry(sub: Any) -> None:
+    from raydbg.telemetry.cli import register  # trace, goodput
+
+    register(sub)
+
+
+REGISTRARS: list[Registrar] = [_register_core, _register_telemetry]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from raydbg.telemetry import provider
@@ -72,10 +74,8 @@ def test_carried_env_picks_telemetry_variables_only() -> None:
     assert carried_env(env) == {"OTEL_SERVICE_NAME": "s", "RAYDBG_TELEMETRY_DIR": "/d"}
 
 
-def _exporter_types(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    built = provider.build(read_plan(env), "test")
+def _exporter_types(env: dict[str, str], tmp_path: Path) -> list[str]:
+    built = provider.build(read_plan({**env, "RAYDBG_TELEMETRY_DIR": str(tmp_path)}), "test")
     try:
         return [type(p.exporter).__name__ for p in built.processors]
     finally:
@@ -85,14 +85,14 @@ def _exporter_types(env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> lis
         built.meter_provider.shutdown(100)
 
 
-def test_build_makes_the_selected_exporters(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setenv("RAYDBG_TELEMETRY_DIR", str(tmp_path))
-    assert _exporter_types({}, monkeypatch) == ["JsonlSpanExporter"]
+def test_build_makes_the_selected_exporters(tmp_path: Path) -> None:
+    assert _exporter_types({}, tmp_path) == ["JsonlSpanExporter"]
     otlp = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
-    assert _exporter_types(otlp, monkeypatch) == ["OTLPSpanExporter"]
+    assert _exporter_types(otlp, tmp_path) == ["OTLPSpanExporter"]
     both = {"OTEL_TRACES_EXPORTER": "otlp,console,jsonl"}
-    assert _exporter_types(both, monkeypatch) == [
+    assert _exporter_types(both, tmp_path) == [
         "OTLPSpanExporter",
         "ConsoleSpanExporter",
         "JsonlSpanExporter",
     ]
+    assert all(p.name.startswith("test-") for p in tmp_path.iterdir())

@@ -69,7 +69,8 @@ def telemetry_dir(override: str | None = None) -> str:
     session = session_dir()
     if session:
         return os.path.join(session, "raydbg", "telemetry")
-    return os.path.join(tempfile.gettempdir(), "raydbg", "telemetry")
+    # Not <tmp>/raydbg/...: a `raydbg` folder in the cwd would shadow the package.
+    return os.path.join(tempfile.gettempdir(), "raydbg-telemetry")
 
 
 def static_attributes() -> dict[str, str]:

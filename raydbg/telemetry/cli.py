@@ -1,0 +1,116 @@
+"""`raydbg trace` and `raydbg goodput`: read the embedded JSON lines without any other tool.
+
+`register(subparsers)` adds both to the `raydbg` argparse parser (raydbg/cli.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import sys
+from typing import Any
+
+from raydbg.telemetry import goodput, reader
+
+
+def _dirs(args: argparse.Namespace) -> list[str]:
+    return list(args.dir) if args.dir else reader.default_dirs()
+
+
+def _fail(message: str) -> int:
+    print(f"raydbg: {message}", file=sys.stderr)
+    return 1
+
+
+def _clock(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3]
+
+
+def cmd_trace(args: argparse.Namespace) -> int:
+    dirs = _dirs(args)
+    if not reader.files(dirs):
+        return _fail(
+            f"no telemetry files in {dirs or 'the default places'}; pass --dir DIR or set RAYDBG_TELEMETRY_DIR "
+            "(the default is <ray session dir>/raydbg/telemetry)"
+        )
+    found = reader.spans(dirs, name=args.name, job=args.job, trace=args.trace)
+    if args.stats:
+        rows = reader.summarize(found)
+        if args.json:
+            print(json.dumps(rows, indent=2))
+            return 0
+        print(
+            f"{'name':<44} {'count':>7} {'total s':>9} {'mean ms':>9} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9}"
+        )
+        for r in rows:
+            print(
+                f"{r['name'][:44]:<44} {r['count']:>7} {r['total']:>9.2f} {r['mean'] * 1e3:>9.1f} "
+                f"{r['p50'] * 1e3:>9.1f} {r['p95'] * 1e3:>9.1f} {r['max'] * 1e3:>9.1f}"
+            )
+        return 0
+    last = found[-args.last :] if args.last > 0 else found
+    if args.json:
+        print(json.dumps(last, indent=2, default=str))
+        return 0
+    print(
+        f"{'end':<12} {'duration':>10}  {'status':<6} {'process':<16} {'trace':<8} name  attributes"
+    )
+    for s in last:
+        attrs = {k: v for k, v in s["attributes"].items() if not k.startswith("ray.")}
+        shown = " ".join(f"{k}={v}" for k, v in list(attrs.items())[:6])
+        print(
+            f"{_clock(s['end']):<12} {s['duration'] * 1e3:>8.1f}ms  {s['status']:<6} "
+            f"{reader.process_label(s)[:16]:<16} {str(s['trace_id'])[:8]:<8} {s['name']}  {shown}"
+        )
+    print(f"({len(last)} of {len(found)} spans from {', '.join(dirs)})", file=sys.stderr)
+    return 0
+
+
+def cmd_goodput(args: argparse.Namespace) -> int:
+    dirs = _dirs(args)
+    spans = reader.spans(dirs) if dirs else []
+    run = args.run
+    if run == "latest":
+        ids = goodput.run_ids(spans)
+        if not ids:
+            return _fail("no training run spans (attribute train.run.id) found; pass --dir DIR")
+        run = ids[-1]
+    chosen = goodput.select(spans, run, args.rank)
+    if not chosen:
+        known = ", ".join(goodput.run_ids(spans)[-5:]) or "none"
+        return _fail(f"no spans for run {run!r} (recent runs: {known}); pass --dir DIR")
+    report = goodput.compute(chosen, run)
+    png = None
+    if not args.no_png:
+        from raydbg.telemetry.timeline import render
+
+        png = render(report, args.png or f"raydbg-goodput-{run}.png")
+    if args.json:
+        print(json.dumps({**report.as_dict(), "png": png}, indent=2))
+    else:
+        print(goodput.table(report))
+        if png:
+            print(f"timeline: {png}")
+    return 0
+
+
+def register(sub: Any) -> None:
+    """Add `trace` and `goodput` to the `raydbg` subcommands."""
+    p = sub.add_parser("trace", help="recent spans from the embedded telemetry files")
+    p.add_argument("-n", "--last", type=int, default=20, help="how many spans (0: all)")
+    p.add_argument("--name", help="span name: glob or substring")
+    p.add_argument("--job", help="Ray job id (or prefix)")
+    p.add_argument("--trace", help="trace id (or prefix)")
+    p.add_argument("--stats", action="store_true", help="durations per span name instead")
+    p.add_argument("--dir", action="append", help="telemetry directory (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(fn=cmd_trace)
+    p = sub.add_parser("goodput", help="where a training run's wall time went (table + PNG)")
+    p.add_argument("run", help="run id (span attribute train.run.id), Ray job id, or 'latest'")
+    p.add_argument("--rank", type=int, default=0, help="Ray Train rank to account (default 0)")
+    p.add_argument("--png", help="timeline PNG path (default raydbg-goodput-RUN.png)")
+    p.add_argument("--no-png", action="store_true", help="table only")
+    p.add_argument("--dir", action="append", help="telemetry directory (repeatable)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(fn=cmd_goodput)
