@@ -145,6 +145,17 @@ def test_idle_workers_are_cheapest() -> None:
     assert d.victims[0].reason.startswith("idle worker")
 
 
+def test_small_idle_worker_is_not_a_pointless_first_kill() -> None:
+    idle = Candidate(pid=5, memory=20 * MiB, kind=IDLE)
+    d = decide(Snapshot(OVER, LIMIT, (task(1, 3 * GiB, 1), idle)), CFG)
+    assert [v.candidate.pid for v in d.victims] == [1]
+    assert [c.pid for c in d.order] == [1, 5]
+    # ...but it still goes before non-retriable work.
+    d = decide(Snapshot(OVER, LIMIT, (task(1, 3 * GiB, 1, retries=0), idle)), CFG)
+    assert [v.candidate.pid for v in d.victims] == [5, 1]
+    assert "holds little" in d.victims[0].reason
+
+
 def test_tasks_before_actors_and_restartable_actor_before_non_retriable_task() -> None:
     actor = Candidate(pid=1, memory=2 * GiB, kind=ACTOR, start_time=50, owner="D", retries_left=1)
     dead_actor = Candidate(
@@ -283,7 +294,7 @@ def test_prop_deterministic_under_input_order(snap: Snapshot, rnd: random.Random
 @given(snapshots())
 def test_prop_tiers_in_order_and_no_duplicates(snap: Snapshot) -> None:
     d = decide(snap, CFG)
-    tiers = [v.candidate.tier for v in d.victims]
-    assert tiers == sorted(tiers)
+    flags = [v.candidate.retriable for v in d.victims]
+    assert flags == sorted(flags, reverse=True)  # all retriable kills before any other
     pids = [v.candidate.pid for v in d.victims]
     assert len(pids) == len(set(pids))

@@ -2,17 +2,18 @@
 
 No Ray import and no I/O: the monitor builds a `Snapshot`, calls `decide`, kills.
 
-Preference (best victim first):
-  tier 0  idle workers (no task lost), then
-  tier 1  retriable tasks, tier 2 restartable actors,
-  tier 3  non-retriable tasks, tier 4 non-restartable actors (unknown budget = none).
-Within a tier: never the last running task of a caller while another candidate of
-the tier exists; workers raydbg already killed once go after fresh ones (their
+Preference (best victim first), by stage:
+  0  idle workers (no task lost) holding at least a tenth of the memory to free,
+  1  retriable tasks,  2  restartable actors,
+  3  the other idle workers (killing them alone would not help, so not first),
+  4  non-retriable tasks,  5  non-restartable actors (unknown budget = none).
+Within a stage: never the last running task of a caller while the stage's other
+candidates can free enough; workers raydbg already killed go after fresh ones (their
 retries must not burn out); groups by caller, largest group first, then the group
 whose oldest member is newest; newest first within a group.
 
-Selection: tiers strictly in order (a worse tier is touched only when the better
-ones cannot free enough). Inside the current tier the first candidate in preference
+Selection: stages strictly in order (a worse stage is touched only when the better
+ones cannot free enough). Inside the current stage the first candidate in preference
 order that alone frees what is still needed is chosen; when none does, the one that
 frees the most (fewest kills). Stop as soon as the deficit is covered.
 """
@@ -124,12 +125,21 @@ def freed_by(c: Candidate, cfg: PolicyConfig) -> int:
     return c.memory + int(max(0.0, c.growth) * cfg.horizon_s)
 
 
+def stage(c: Candidate, small_cut: int = 0) -> int:
+    """Position in the preference order (see the module docstring)."""
+    if c.kind == IDLE:
+        return 0 if c.memory >= small_cut else 3
+    return (1, 2, 4, 5)[c.tier - 1]
+
+
 def _group_key(c: Candidate) -> str:
     return c.owner if c.owner is not None else f"pid:{c.pid}"
 
 
 def preference_order(
-    candidates: tuple[Candidate, ...] | list[Candidate], chosen: frozenset[int] = frozenset()
+    candidates: tuple[Candidate, ...] | list[Candidate],
+    chosen: frozenset[int] = frozenset(),
+    small_cut: int = 0,
 ) -> list[Candidate]:
     """All candidates not in `chosen`, best victim first (see the module docstring)."""
     rest = [c for c in candidates if c.pid not in chosen]
@@ -147,9 +157,9 @@ def preference_order(
     def key(c: Candidate) -> tuple[object, ...]:
         g = (c.tier, _group_key(c))
         if c.kind == IDLE:  # idle: biggest first, nothing else matters
-            return (0, False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
+            return (stage(c, small_cut), False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
         return (
-            c.tier,
+            stage(c, small_cut),
             last_of_caller(c),
             c.prior_kills > 0,
             -group_size[g],
@@ -175,8 +185,11 @@ def _reason(
     freed: int,
     last: bool,
     better_chosen: int,
+    small: bool = False,
 ) -> str:
     parts = [TIER_NAMES[c.tier]]
+    if c.kind == IDLE and small:
+        parts.append("holds little, so taken only after retriable tasks and actors")
     if c.kind != IDLE:
         if c.retries_left is None:
             parts.append("retry budget unknown, treated as none")
@@ -220,7 +233,8 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
         )  # fmt: skip
     projected = snap.used + int(max(0.0, snap.growth) * cfg.horizon_s)
     need = max(1, projected - target)
-    order_all = preference_order(snap.candidates)
+    small_cut = need // 10
+    order_all = preference_order(snap.candidates, small_cut=small_cut)
     if not order_all:
         return Decision(
             "nothing-to-kill", trig, thr, target, need, message="no killable worker on this node"
@@ -229,7 +243,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
     chosen: set[int] = set()
     need_left = need
     while need_left > 0:
-        order = preference_order(snap.candidates, frozenset(chosen))
+        order = preference_order(snap.candidates, frozenset(chosen), small_cut)
         if not order:
             break
         alive: Counter[str] = Counter(
@@ -240,7 +254,8 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             return c.kind != IDLE and c.owner is not None and alive[c.owner] <= 1
 
         head = order[0]
-        tier = [c for c in order if c.tier == head.tier]
+        st = stage(head, small_cut)
+        tier = [c for c in order if stage(c, small_cut) == st]
         nonlast = [c for c in tier if not is_last(c)]
         # A caller's last running task is spared while the others can free enough.
         enough = sum(freed_by(c, cfg) for c in nonlast) >= need_left
@@ -252,8 +267,9 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             # max() keeps the first of equals, i.e. preference order breaks ties.
             pick = max(pool, key=lambda c: freed_by(c, cfg))
         freed = freed_by(pick, cfg)
-        better = sum(1 for v in victims if v.candidate.tier < pick.tier)
-        reason = _reason(pick, tier, bool(cover), need_left, freed, is_last(pick), better)
+        better = sum(1 for v in victims if stage(v.candidate, small_cut) < st)
+        small = pick.kind == IDLE and st == 3
+        reason = _reason(pick, tier, bool(cover), need_left, freed, is_last(pick), better, small)
         victims.append(Victim(pick, reason, freed))
         chosen.add(pick.pid)
         need_left -= freed

@@ -1,0 +1,233 @@
+"""Retry budgets recorded where tasks are submitted, since Ray's state API does not expose them.
+
+`install_submit_hook()` wraps `RemoteFunction._remote` (the one path every
+`f.remote()` and `f.options(...).remote()` call takes in Ray 2.60). After Ray has
+submitted the task, the wrapper knows the effective `max_retries` and the task id
+(the returned ObjectRef's `task_id()`), and queues a record that a background thread
+writes to GCS internal KV: namespace "raydbg", key `budget/<job_hex>/<task_hex>`.
+A record not written yet (or a job without the hook) reads as unknown, which the
+policy treats as non-retriable: sound, never optimistic.
+
+Actors need no record: GCS's actor table carries `max_restarts`/`num_restarts`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import queue
+import threading
+import time
+from typing import Any
+
+from raydbg.config import NAMESPACE
+
+log = logging.getLogger("raydbg.memory")
+
+PREFIX = "budget/"
+KILLED = "killed/"  # killed/<job_hex>/<task_hex> -> raydbg kills of that task (burn-out guard)
+_NS = NAMESPACE.encode()
+_FLUSH_S = 0.02
+_TIMEOUT = 5.0
+_MARK = "__raydbg_budget__"
+
+_queue: queue.Queue[tuple[str, bytes]] = queue.Queue()
+_flusher: threading.Thread | None = None
+_lock = threading.Lock()
+_gcs_override: Any = None
+
+
+def key(task_id_hex: str) -> str:
+    # A TaskID ends with its JobID (4 bytes): group by job so a finished job is one prefix delete.
+    return f"{PREFIX}{task_id_hex[-8:]}/{task_id_hex}"
+
+
+def killed_key(task_id_hex: str) -> str:
+    return f"{KILLED}{task_id_hex[-8:]}/{task_id_hex}"
+
+
+def use_client(client: Any) -> None:
+    """Read/write through this GcsClient (a process that never called ray.init)."""
+    global _gcs_override
+    _gcs_override = client
+
+
+def _gcs() -> Any:
+    if _gcs_override is not None:
+        return _gcs_override
+    from ray.experimental import internal_kv
+
+    return internal_kv.internal_kv_get_gcs_client()
+
+
+def effective_max_retries(task_options: dict[str, Any]) -> int:
+    """What Ray will use: the call's option, else RAY_TASK_MAX_RETRIES, else Ray's default."""
+    value = task_options.get("max_retries")
+    if value is not None:
+        return int(value)
+    from ray._private import ray_option_utils  # type: ignore[attr-defined]
+
+    default = ray_option_utils.task_options["max_retries"].default_value
+    return int(os.environ.get("RAY_TASK_MAX_RETRIES", default))
+
+
+def task_id_of(result: Any) -> str | None:
+    """The task id behind what `.remote()` returned (ref, list of refs, generator)."""
+    if isinstance(result, list):
+        result = result[0] if result else None
+    ref = getattr(result, "_generator_ref", result)  # ObjectRefGenerator
+    tid = getattr(ref, "task_id", None)
+    if tid is None:
+        return None  # num_returns=0, client mode: unknown budget
+    try:
+        return str(tid().hex())
+    except Exception:
+        return None
+
+
+def _current_task_hex() -> str | None:
+    try:
+        import ray
+
+        return str(ray._private.worker.global_worker.current_task_id.hex())
+    except Exception:
+        return None
+
+
+def record(task_id_hex: str, max_retries: int, name: str, parent: str | None) -> None:
+    """Queue one budget record for the background writer."""
+    value = {"max_retries": max_retries, "name": name, "parent": parent, "ts": time.time()}
+    _queue.put((key(task_id_hex), json.dumps(value).encode()))
+    _ensure_flusher()
+
+
+def _ensure_flusher() -> None:
+    global _flusher
+    if _flusher is not None and _flusher.is_alive():
+        return
+    with _lock:
+        if _flusher is None or not _flusher.is_alive():
+            _flusher = threading.Thread(target=_flush_loop, name="raydbg-budget", daemon=True)
+            _flusher.start()
+
+
+def _flush_loop() -> None:
+    while True:
+        item = _queue.get()
+        batch = [item]
+        time.sleep(_FLUSH_S)  # let a burst of submissions gather
+        while True:
+            try:
+                batch.append(_queue.get_nowait())
+            except queue.Empty:
+                break
+        try:
+            gcs = _gcs()
+            for k, v in batch:
+                gcs.internal_kv_put(k.encode(), v, True, _NS, timeout=_TIMEOUT)
+        except Exception as e:  # never break submission; those tasks read as unknown
+            log.debug("raydbg: could not write %d budget records: %s", len(batch), e)
+        finally:
+            for _ in batch:
+                _queue.task_done()
+
+
+def flush(timeout: float = 5.0) -> bool:
+    """Wait until queued records are written (tests, shutdown); False on timeout."""
+    deadline = time.monotonic() + timeout
+    while _queue.unfinished_tasks and time.monotonic() < deadline:
+        time.sleep(0.005)
+    return not _queue.unfinished_tasks
+
+
+def install_submit_hook() -> bool:
+    """Record every task submitted from this process. Idempotent; False if Ray lacks the hook point."""
+    try:
+        from ray.remote_function import RemoteFunction
+    except Exception:
+        return False
+    orig = getattr(RemoteFunction, "_remote", None)
+    if orig is None:
+        return False
+    if getattr(orig, _MARK, False):
+        return True
+
+    @functools.wraps(orig)
+    def _remote(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = orig(self, *args, **kwargs)
+        try:
+            options = {
+                k: v
+                for k, v in kwargs.items()
+                if k not in ("args", "kwargs", "serialized_runtime_env_info")
+            }
+            tid = task_id_of(result)
+            if tid is not None:
+                name = options.get("name") or getattr(self, "_function_name", "")
+                record(tid, effective_max_retries(options), str(name), _current_task_hex())
+        except Exception as e:
+            log.debug("raydbg: budget not recorded: %s", e)
+        return result
+
+    setattr(_remote, _MARK, True)
+    RemoteFunction._remote = _remote  # type: ignore[method-assign]
+    return True
+
+
+def uninstall_submit_hook() -> None:
+    from ray.remote_function import RemoteFunction
+
+    cur = RemoteFunction._remote
+    if getattr(cur, _MARK, False):
+        RemoteFunction._remote = cur.__wrapped__  # type: ignore[attr-defined,method-assign]
+
+
+def _multi_get(keys: list[str]) -> dict[str, bytes]:
+    if not keys:
+        return {}
+    raw = _gcs().internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=_TIMEOUT)
+    return {(k.decode() if isinstance(k, bytes) else k): bytes(v) for k, v in raw.items() if v}
+
+
+def lookup(task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """Budget records of these tasks (hex ids); missing ones are unknown."""
+    got = _multi_get([key(t) for t in task_ids])
+    out: dict[str, dict[str, Any]] = {}
+    for t in task_ids:
+        raw = got.get(key(t))
+        if raw:
+            try:
+                out[t] = json.loads(raw)
+            except ValueError:
+                continue
+    return out
+
+
+def killed_counts(task_ids: list[str]) -> dict[str, int]:
+    got = _multi_get([killed_key(t) for t in task_ids])
+    out: dict[str, int] = {}
+    for t in task_ids:
+        raw = got.get(killed_key(t))
+        if raw:
+            try:
+                out[t] = int(json.loads(raw).get("kills", 0))
+            except (ValueError, AttributeError):
+                continue
+    return out
+
+
+def mark_killed(task_id_hex: str, kills: int, event_id: str) -> None:
+    """The monitor notes a kill so the next attempt can wait for memory (see gate.py)."""
+    value = {"kills": kills, "event": event_id, "ts": time.time()}
+    _gcs().internal_kv_put(
+        killed_key(task_id_hex).encode(), json.dumps(value).encode(), True, _NS, timeout=_TIMEOUT
+    )
+
+
+def prune_job(job_id_hex: str) -> None:
+    """Drop a finished job's records (the agent calls this when a job ends)."""
+    gcs = _gcs()
+    for prefix in (PREFIX, KILLED):
+        gcs.internal_kv_del(f"{prefix}{job_id_hex}/".encode(), True, _NS, timeout=_TIMEOUT)

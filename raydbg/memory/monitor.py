@@ -1,0 +1,395 @@
+"""The memory monitor loop: measure, decide (policy.py), kill, explain. Hosted by the node agent.
+
+Everything with side effects is injected (`kill`, `record_event`, `who`, clock) so the
+agent can run it in a thread (`run()`), an asyncio task (`await asyncio.to_thread`
+per `poll()`), or a separate process (service.py), and tests can drive `poll()` by hand.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
+from raydbg.memory.policy import Candidate, Decision, PolicyConfig, Snapshot, decide, trigger_of
+from raydbg.memory.procs import ProcMem, scan
+
+log = logging.getLogger("raydbg.memory")
+
+GiB = 1 << 30
+
+
+def _env_float(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    mode: str = "on"  # "off", "dry-run" or "on"
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    refresh_s: float = 0.25  # far from the threshold
+    fast_refresh_s: float = 0.05  # near it or when growth is fast
+    warm_band: float = 0.15  # "near" = within this fraction of the limit below threshold
+    scan_every_s: float = 0.25  # per-process scans in the warm band (growth per worker)
+    pending_timeout_s: float = 10.0  # stop waiting for a victim that does not exit
+    dry_run_cooldown_s: float = 5.0
+
+    @classmethod
+    def from_env(cls) -> MonitorConfig:
+        raw = os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower()
+        mode = {"0": "off", "off": "off", "false": "off", "dry-run": "dry-run", "dryrun": "dry-run"}
+        policy = PolicyConfig(
+            threshold=_env_float("RAYDBG_MEMORY_THRESHOLD", 0.9),
+            min_free=int(_env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
+            margin=_env_float("RAYDBG_MEMORY_MARGIN", 0.05),
+            horizon_s=_env_float("RAYDBG_MEMORY_HORIZON_S", 1.0),
+        )
+        return cls(
+            mode=mode.get(raw, "on"),
+            policy=policy,
+            refresh_s=_env_float("RAYDBG_MEMORY_REFRESH_S", 0.25),
+            fast_refresh_s=_env_float("RAYDBG_MEMORY_FAST_REFRESH_S", 0.05),
+        )
+
+
+class Who(Protocol):
+    """Turns the node's processes into policy candidates (whois.Resolver in production)."""
+
+    def candidates(
+        self, procs: dict[int, ProcMem], growth: dict[int, float]
+    ) -> list[Candidate]: ...
+
+
+def sigkill(pid: int) -> None:
+    os.kill(pid, signal.SIGKILL)
+
+
+def pid_alive(pid: int, roots: Roots | None = None) -> bool:
+    """False once the process is gone or a zombie (its memory is then released)."""
+    roots = roots or Roots()
+    try:
+        text = (roots.proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    return text[text.rfind(")") + 2 : text.rfind(")") + 3] not in ("Z", "X")
+
+
+class Growth:
+    """Bytes/s over a short window (least noisy: first vs last sample in the window)."""
+
+    def __init__(self, window_s: float = 0.5) -> None:
+        self.window_s = window_s
+        self.samples: deque[tuple[float, int]] = deque()
+
+    def add(self, t: float, value: int) -> float:
+        self.samples.append((t, value))
+        while len(self.samples) > 2 and t - self.samples[1][0] >= self.window_s:
+            self.samples.popleft()
+        (t0, v0) = self.samples[0]
+        return (value - v0) / (t - t0) if t > t0 else 0.0
+
+
+def _cand_dict(c: Candidate) -> dict[str, Any]:
+    return {
+        "pid": c.pid,
+        "kind": c.kind,
+        "name": c.name,
+        "memory": c.memory,
+        "gpu_memory": c.gpu_memory,
+        "growth_bps": int(c.growth),
+        "retriable": c.retriable,
+        "retries_left": c.retries_left,
+        "task_id": c.task_id,
+        "actor_id": c.actor_id,
+        "job_id": c.job_id,
+        "attempt": c.attempt,
+        "owner": c.owner,
+        "prior_kills": c.prior_kills,
+    }
+
+
+class MemoryMonitor:
+    """One per node. `poll()` does one refresh and returns seconds until the next one."""
+
+    def __init__(
+        self,
+        who: Who,
+        kill: Callable[[int], None] = sigkill,
+        record_event: Callable[[dict[str, Any]], None] = lambda e: None,
+        measurer: NodeMeasurer | None = None,
+        config: MonitorConfig | None = None,
+        node_id: str = "",
+        alive: Callable[[int], bool] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_kill: Callable[[Candidate, dict[str, Any]], None] | None = None,
+    ) -> None:
+        self.who = who
+        self.kill = kill
+        self.record_event = record_event
+        self.measurer = measurer or NodeMeasurer()
+        self.config = config or MonitorConfig.from_env()
+        self.node_id = node_id
+        self.alive = alive or (lambda pid: pid_alive(pid, self.measurer.roots))
+        self.clock = clock
+        self.on_kill = on_kill
+        self.pending: dict[int, float] = {}  # victim pid -> kill time
+        self.kills: dict[str, int] = {}  # task/actor id -> raydbg kills (burn-out guard)
+        self.node_growth = Growth()
+        self.proc_growth: dict[int, Growth] = {}
+        self.procs: dict[int, ProcMem] = {}
+        self._last_scan = -1e9
+        self._dry_until = -1e9
+        self.crossed_at: float | None = None
+        self.last: NodeMemory | None = None
+        self.last_decision: Decision | None = None
+        self.stats: dict[str, Any] = {"polls": 0, "scans": 0, "rounds": 0, "kills": 0}
+        self._stop = threading.Event()
+        self._metrics = _Metrics()
+
+    # -- the loop -------------------------------------------------------------------
+    def run(self) -> None:
+        """Poll until `stop()`; the thread that calls it is the monitor."""
+        while not self._stop.is_set():
+            try:
+                delay = self.poll()
+            except Exception:
+                log.exception("raydbg memory monitor: poll failed")
+                delay = self.config.refresh_s
+            self._stop.wait(delay)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def poll(self) -> float:
+        cfg = self.config
+        if cfg.mode == "off":
+            return 1.0
+        now = self.clock()
+        node = self.measurer.read()
+        self.last = node
+        self.stats["polls"] += 1
+        growth = self.node_growth.add(now, node.used)
+        self._metrics.node(node, self.node_id)
+        thr_frac = cfg.policy.threshold
+        warm = node.fraction >= thr_frac - cfg.warm_band or (
+            growth > 0 and (node.limit - node.used) / growth < 5 * cfg.policy.horizon_s
+        )
+        self._reap(now)
+        trig = trigger_of(node.used, node.limit, growth, cfg.policy)
+        if trig is None:
+            if self.crossed_at is not None and node.fraction < thr_frac:
+                self._metrics.recovered(now - self.crossed_at, self.node_id)
+                self.crossed_at = None
+            if warm and now - self._last_scan >= cfg.scan_every_s:
+                self._scan(now)  # keep per-worker growth fresh for a quick decision
+            return self._interval(node, growth, warm)
+        if self.crossed_at is None:
+            self.crossed_at = now
+        if self.pending or now < self._dry_until:
+            return cfg.fast_refresh_s  # one round in flight: wait for the victims to go
+        rates = self._scan(now)
+        cands = [_with_kills(c, self.kills) for c in self.who.candidates(self.procs, rates)]
+        snap = Snapshot(node.used, node.limit, tuple(cands), growth, tuple(self.pending))
+        decision = decide(snap, cfg.policy)
+        self.last_decision = decision
+        if decision.action == "kill":
+            self._act(decision, node, growth, cands, now)
+        elif decision.action == "nothing-to-kill":
+            log.warning("raydbg memory monitor: %s, no killable worker", decision.message)
+        return cfg.fast_refresh_s
+
+    def _interval(self, node: NodeMemory, growth: float, warm: bool) -> float:
+        cfg = self.config
+        if warm:
+            return cfg.fast_refresh_s
+        if growth > 0:
+            to_threshold = (node.limit * cfg.policy.threshold - node.used) / growth
+            return max(cfg.fast_refresh_s, min(cfg.refresh_s, to_threshold / 4))
+        return cfg.refresh_s
+
+    def _scan(self, now: float) -> dict[int, float]:
+        """Per-process memory of the node's processes; returns growth (bytes/s) per pid."""
+        self.procs = scan(self.measurer.pids(), self.measurer.roots)
+        self.stats["scans"] += 1
+        self._last_scan = now
+        for pid in list(self.proc_growth):
+            if pid not in self.procs:
+                del self.proc_growth[pid]
+        return {
+            pid: max(0.0, self.proc_growth.setdefault(pid, Growth()).add(now, pm.memory))
+            for pid, pm in self.procs.items()
+        }
+
+    def _reap(self, now: float) -> None:
+        for pid, t in list(self.pending.items()):
+            if not self.alive(pid):
+                del self.pending[pid]
+            elif now - t > self.config.pending_timeout_s:
+                log.warning("raydbg memory monitor: victim %d did not exit in time", pid)
+                del self.pending[pid]
+
+    # -- acting ---------------------------------------------------------------------
+    def _act(
+        self,
+        d: Decision,
+        node: NodeMemory,
+        growth: float,
+        cands: list[Candidate],
+        now: float,
+    ) -> None:
+        cfg = self.config
+        dry = cfg.mode == "dry-run"
+        round_id = secrets.token_hex(4)
+        self.stats["rounds"] += 1
+        top = sorted(self.procs.values(), key=lambda p: p.memory, reverse=True)[:10]
+        for v in d.victims:
+            c = v.candidate
+            reaction = now - self.crossed_at if self.crossed_at is not None else 0.0
+            if not dry:
+                try:
+                    self.kill(c.pid)
+                except ProcessLookupError:
+                    continue
+                except OSError as e:
+                    log.warning("raydbg memory monitor: cannot kill %d: %s", c.pid, e)
+                    continue
+            if dry:
+                self._dry_until = now + cfg.dry_run_cooldown_s
+            else:
+                self.pending[c.pid] = now
+            ident = c.task_id or c.actor_id
+            if ident and not dry:
+                self.kills[ident] = self.kills.get(ident, 0) + 1
+            self.stats["kills"] += 0 if dry else 1
+            event = self._event(d, node, growth, cands, top, c, v.reason, round_id, reaction, dry)
+            self._metrics.kill(c.kind, dry, reaction, self.node_id)
+            try:
+                self.record_event(event)
+            except Exception:
+                log.exception("raydbg memory monitor: could not record the kill event")
+            if self.on_kill is not None:
+                try:
+                    self.on_kill(c, event)
+                except Exception:
+                    log.exception("raydbg memory monitor: on_kill failed")
+
+    def _event(
+        self,
+        d: Decision,
+        node: NodeMemory,
+        growth: float,
+        cands: list[Candidate],
+        top: list[ProcMem],
+        c: Candidate,
+        reason: str,
+        round_id: str,
+        reaction: float,
+        dry: bool,
+    ) -> dict[str, Any]:
+        what = f"{c.kind} {c.name or '?'}"
+        left = (
+            "unknown"
+            if c.retries_left is None
+            else ("inf" if c.retries_left < 0 else str(c.retries_left))
+        )
+        verb = "would kill" if dry else "killed"
+        message = (
+            f"{verb} {what} (pid {c.pid}, {c.memory / GiB:.2f} GiB, retries left {left}): "
+            f"node used {node.used / GiB:.2f} of {node.limit / GiB:.2f} GiB, "
+            f"threshold {d.threshold_bytes / GiB:.2f} GiB ({d.trigger}); {reason}"
+        )
+        return {
+            "kind": "memory.kill" if not dry else "memory.dry-run",
+            "node_id": self.node_id,
+            "message": message,
+            "details": {
+                "round": round_id,
+                "mode": self.config.mode,
+                "trigger": d.trigger,
+                "used": node.used,
+                "limit": node.limit,
+                "fraction": round(node.fraction, 4),
+                "source": node.source,
+                "cgroup": node.path,
+                "psi": node.psi,
+                "threshold": self.config.policy.threshold,
+                "threshold_bytes": d.threshold_bytes,
+                "target_bytes": d.target_bytes,
+                "need": d.need,
+                "growth_bps": int(growth),
+                "reaction_s": round(reaction, 4),
+                "victim": {**_cand_dict(c), "reason": reason},
+                "candidates": [_cand_dict(x) for x in d.order[:50]],
+                "top_consumers": [
+                    {"pid": p.pid, "name": p.name, "memory": p.memory, "rss": p.rss} for p in top
+                ],
+                "decision": d.message,
+            },
+        }
+
+    def status(self) -> dict[str, Any]:
+        """For the agent's /nodes answer: node memory plus monitor counters."""
+        node = self.last
+        return {
+            "memory": node.to_dict() if node else None,
+            "mode": self.config.mode,
+            "threshold": self.config.policy.threshold,
+            "pending": sorted(self.pending),
+            **self.stats,
+        }
+
+
+def _with_kills(c: Candidate, kills: dict[str, int]) -> Candidate:
+    ident = c.task_id or c.actor_id
+    mine = kills.get(ident, 0) if ident else 0
+    if mine > c.prior_kills:
+        from dataclasses import replace
+
+        return replace(c, prior_kills=mine)
+    return c
+
+
+class _Metrics:
+    """OpenTelemetry instruments (no-ops until telemetry.setup() ran in this process)."""
+
+    def __init__(self) -> None:
+        try:
+            from raydbg import telemetry
+
+            self.used = telemetry.gauge("raydbg.memory.node.used", "By", "Node memory used")
+            self.limit = telemetry.gauge("raydbg.memory.node.limit", "By", "Node memory limit")
+            self.kills = telemetry.counter("raydbg.memory.kills", "{kill}", "Workers killed")
+            self.reaction = telemetry.histogram(
+                "raydbg.memory.reaction", "s", "Threshold crossing to kill"
+            )
+            self.recovery = telemetry.histogram(
+                "raydbg.memory.recovery", "s", "Threshold crossing to back under it"
+            )
+            self.ok = True
+        except Exception:
+            self.ok = False
+
+    def node(self, node: NodeMemory, node_id: str) -> None:
+        if self.ok:
+            self.used.set(node.used, node_id=node_id)
+            self.limit.set(node.limit, node_id=node_id)
+
+    def kill(self, kind: str, dry: bool, reaction: float, node_id: str) -> None:
+        if self.ok:
+            self.kills.add(1, kind=kind, dry_run=dry, node_id=node_id)
+            self.reaction.record(reaction, node_id=node_id)
+
+    def recovered(self, seconds: float, node_id: str) -> None:
+        if self.ok:
+            self.recovery.record(seconds, node_id=node_id)

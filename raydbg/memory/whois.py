@@ -1,0 +1,315 @@
+"""Who is who on a node: worker pids -> task or actor, caller, start time and retry budget.
+
+Sources, cheapest first:
+  /proc/PID/cmdline  Ray's process title: `ray::IDLE`, `ray::<task>`, `ray::<Actor>`...
+  GCS task events    running task per worker pid (attempt, parent = caller, start time)
+  GCS actor table    actor per pid with max_restarts / num_restarts
+  raydbg budget KV   max_retries recorded at submission (budget.py)
+`candidates()` joins them (pure, unit-tested); `GcsView` reads the Ray side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from raydbg.memory.measure import Roots
+from raydbg.memory.policy import ACTOR, IDLE, TASK, Candidate
+from raydbg.memory.procs import ProcMem
+
+# Ray processes that are not workers running user code: never candidates.
+SYSTEM_TITLES = frozenset(
+    {
+        "DashboardAgent",
+        "RuntimeEnvAgent",
+        "IDLE_SpillWorker",
+        "IDLE_RestoreWorker",
+        "IDLE_DeleteWorker",
+        "SpillWorker",
+        "RestoreWorker",
+        "DeleteWorker",
+        "NodeAgent",  # raydbg's own agent actor
+    }
+)
+RUNNING_STATES = frozenset({8, 9, 10})  # RUNNING, RUNNING_IN_RAY_GET, RUNNING_IN_RAY_WAIT
+DONE_STATES = frozenset({11, 12})  # FINISHED, FAILED
+NORMAL_TASK = 0
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    task_id: str
+    attempt: int
+    name: str
+    job_id: str
+    parent_task_id: str
+    worker_pid: int
+    node_id: str
+    start_time: float  # epoch s of RUNNING
+    type: int = NORMAL_TASK
+
+
+@dataclass(frozen=True)
+class ActorRow:
+    actor_id: str
+    pid: int
+    class_name: str
+    name: str
+    job_id: str
+    owner: str  # owner worker id (hex)
+    max_restarts: int
+    num_restarts: int
+    node_id: str
+    start_time: float
+
+
+class ClusterView(Protocol):
+    def running_tasks(self, node_id: str) -> list[TaskRow]: ...
+
+    def actors(self, node_id: str) -> list[ActorRow]: ...
+
+    def budgets(self, task_ids: list[str]) -> dict[str, int]: ...
+
+    def prior_kills(self, task_ids: list[str]) -> dict[str, int]: ...
+
+
+def ray_title(pid: int, roots: Roots | None = None) -> str | None:
+    """`f` for a process titled `ray::f`; None when it is not a Ray worker-style process."""
+    roots = roots or Roots()
+    try:
+        raw = (roots.proc / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    text = raw.split(b"\0", 1)[0].decode(errors="replace").strip()
+    if not text.startswith("ray::"):
+        return None
+    return text[5:].split(" ", 1)[0]
+
+
+def titles(pids: Iterable[int], roots: Roots | None = None) -> dict[int, str]:
+    out: dict[int, str] = {}
+    for pid in pids:
+        t = ray_title(pid, roots)
+        if t is not None:
+            out[pid] = t
+    return out
+
+
+def retries_left(max_retries: int | None, used: int) -> int | None:
+    if max_retries is None:
+        return None
+    if max_retries < 0:
+        return -1
+    return max(0, max_retries - used)
+
+
+def candidates(
+    procs: dict[int, ProcMem],
+    titles: dict[int, str],
+    tasks: list[TaskRow],
+    actors: list[ActorRow],
+    budgets: dict[str, int],
+    prior_kills: dict[str, int] | None = None,
+    growth: dict[int, float] | None = None,
+    gpu: dict[int, int] | None = None,
+    protect: frozenset[int] = frozenset(),
+) -> list[Candidate]:
+    """Join everything known about the node's worker processes into policy candidates."""
+    prior_kills = prior_kills or {}
+    growth = growth or {}
+    gpu = gpu or {}
+    by_pid_task: dict[int, TaskRow] = {}
+    for t in tasks:
+        cur = by_pid_task.get(t.worker_pid)
+        if cur is None or t.start_time > cur.start_time:  # newest running attempt wins
+            by_pid_task[t.worker_pid] = t
+    by_pid_actor = {a.pid: a for a in actors}
+    out: list[Candidate] = []
+    for pid, title in sorted(titles.items()):
+        pm = procs.get(pid)
+        if pm is None or pid in protect or title in SYSTEM_TITLES:
+            continue
+        common: dict[str, Any] = {
+            "pid": pid,
+            "memory": pm.memory,
+            "growth": growth.get(pid, 0.0),
+            "gpu_memory": gpu.get(pid, 0),
+        }
+        actor = by_pid_actor.get(pid)
+        task = by_pid_task.get(pid)
+        if task is not None and task.start_time + 1.0 < pm.start_time:
+            task = None  # stale event from an earlier process with this pid
+        if actor is not None:
+            out.append(
+                Candidate(
+                    kind=ACTOR,
+                    start_time=actor.start_time or pm.start_time,
+                    owner=actor.owner or None,
+                    retries_left=retries_left(actor.max_restarts, actor.num_restarts),
+                    name=actor.name or actor.class_name,
+                    actor_id=actor.actor_id,
+                    job_id=actor.job_id,
+                    prior_kills=prior_kills.get(actor.actor_id, 0),
+                    **common,
+                )
+            )
+        elif title == "IDLE":
+            out.append(Candidate(kind=IDLE, start_time=pm.start_time, name="IDLE", **common))
+        elif task is not None:
+            out.append(
+                Candidate(
+                    kind=TASK,
+                    start_time=task.start_time,
+                    owner=task.parent_task_id or None,
+                    retries_left=retries_left(budgets.get(task.task_id), task.attempt),
+                    name=task.name or title,
+                    task_id=task.task_id,
+                    job_id=task.job_id,
+                    attempt=task.attempt,
+                    prior_kills=prior_kills.get(task.task_id, 0),
+                    **common,
+                )
+            )
+        else:
+            # A worker busy with something GCS has not reported yet: unknown, so non-retriable.
+            out.append(Candidate(kind=TASK, start_time=pm.start_time, name=title, **common))
+    return out
+
+
+def _hex(b: bytes) -> str:
+    return b.hex()
+
+
+class GcsView:
+    """The Ray side of who-is-who, read from GCS (works without the dashboard).
+
+    Pass a `GlobalState` (ray._private.state.state inside a connected process, or
+    `ray._private.internal_api.get_state_from_address(addr)` in a standalone one).
+    """
+
+    def __init__(self, state: Any = None) -> None:
+        if state is None:
+            import ray
+
+            state = ray._private.state.state
+        self._state = state
+
+    def running_tasks(self, node_id: str) -> list[TaskRow]:
+        rows: list[TaskRow] = []
+        for ev in self._state._get_all_task_events():
+            su = ev.state_updates
+            ts = dict(su.state_ts_ns)
+            if not ts or ev.task_info.type not in (0, 1, 2) or DONE_STATES & ts.keys():
+                continue
+            if not RUNNING_STATES & ts.keys():
+                continue
+            ran_on = _hex(su.node_id) or _hex(ev.task_info.node_id)
+            if node_id and ran_on and ran_on != node_id:
+                continue
+            rows.append(
+                TaskRow(
+                    task_id=_hex(ev.task_id),
+                    attempt=int(ev.attempt_number),
+                    name=ev.task_info.name,
+                    job_id=_hex(ev.job_id),
+                    parent_task_id=_hex(ev.task_info.parent_task_id),
+                    worker_pid=int(su.worker_pid),
+                    node_id=ran_on,
+                    start_time=min(ts[s] for s in RUNNING_STATES & ts.keys()) / 1e9,
+                    type=int(ev.task_info.type),
+                )
+            )
+        return rows
+
+    def actors(self, node_id: str) -> list[ActorRow]:
+        from ray.core.generated import gcs_pb2
+
+        acc = self._state._connect_and_get_accessor()
+        rows: list[ActorRow] = []
+        for raw in acc.get_actor_table(None, "ALIVE"):
+            d = gcs_pb2.ActorTableData.FromString(raw)  # type: ignore[attr-defined]
+            nid = _hex(d.address.node_id) or _hex(d.node_id)
+            if node_id and nid and nid != node_id:
+                continue
+            rows.append(
+                ActorRow(
+                    actor_id=_hex(d.actor_id),
+                    pid=int(d.pid),
+                    class_name=d.class_name,
+                    name=d.name,
+                    job_id=_hex(d.job_id),
+                    owner=_hex(d.owner_address.worker_id),
+                    max_restarts=int(d.max_restarts),
+                    num_restarts=int(d.num_restarts),
+                    node_id=nid,
+                    start_time=d.start_time / 1000.0 if d.start_time else 0.0,
+                )
+            )
+        return rows
+
+    def budgets(self, task_ids: list[str]) -> dict[str, int]:
+        from raydbg.memory import budget
+
+        return {t: int(r["max_retries"]) for t, r in budget.lookup(task_ids).items()}
+
+    def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
+        from raydbg.memory import budget
+
+        return budget.killed_counts(task_ids)
+
+
+def node_id_of_self() -> str:
+    """This node's Ray node id when connected; '' otherwise (no node filter)."""
+    try:
+        import ray
+
+        return str(ray.get_runtime_context().get_node_id())
+    except Exception:
+        return ""
+
+
+class Resolver:
+    """`Who` for the monitor: /proc titles + a ClusterView (+ NVML), degrading to titles alone."""
+
+    def __init__(
+        self,
+        view: ClusterView | None,
+        node_id: str = "",
+        protect: Iterable[int] = (),
+        roots: Roots | None = None,
+        gpu: Any = None,
+    ) -> None:
+        self.view = view
+        self.node_id = node_id
+        self.protect = frozenset(protect)
+        self.roots = roots or Roots()
+        self.gpu = gpu  # a GpuReader or None
+        self.errors = 0
+
+    def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Candidate]:
+        ti = titles(procs, self.roots)
+        workers = {p for p, t in ti.items() if t not in SYSTEM_TITLES and p not in self.protect}
+        if not workers:
+            return []
+        tasks: list[TaskRow] = []
+        actors: list[ActorRow] = []
+        budgets: dict[str, int] = {}
+        kills: dict[str, int] = {}
+        if self.view is not None:
+            try:
+                tasks = [
+                    t for t in self.view.running_tasks(self.node_id) if t.worker_pid in workers
+                ]
+                actors = [a for a in self.view.actors(self.node_id) if a.pid in workers]
+                tids = [t.task_id for t in tasks]
+                budgets = self.view.budgets(tids)
+                kills = self.view.prior_kills(tids + [a.actor_id for a in actors])
+            except Exception:
+                # GCS unreachable: every busy worker becomes unknown (non-retriable).
+                self.errors += 1
+        gpu: dict[int, int] = {}
+        if self.gpu is not None:
+            g = self.gpu.read()
+            gpu = g.per_pid if g is not None else {}
+        return candidates(procs, ti, tasks, actors, budgets, kills, growth, gpu, self.protect)

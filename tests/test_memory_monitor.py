@@ -1,0 +1,337 @@
+"""Monitor loop and who-is-who join, driven by hand on fake /proc trees (no Ray)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raydbg.memory.measure import NodeMemory, Roots
+from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
+from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
+from raydbg.memory.procs import ProcMem
+from raydbg.memory.whois import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
+
+GiB = 1 << 30
+MiB = 1 << 20
+LIMIT = 4 * GiB
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def fake_proc(root: Path, pid: int, title: str, mem: int, start_ticks: int = 100) -> None:
+    base = root / str(pid)
+    write(
+        base / "stat",
+        f"{pid} (python) S 1 {pid} 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start_ticks} 0\n",
+    )
+    write(base / "cmdline", title + "\0")
+    kb = mem // 1024
+    write(base / "smaps_rollup", f"Rss: {kb} kB\nPss: {kb} kB\nPrivate_Dirty: {kb} kB\n")
+
+
+class FakeMeasurer:
+    def __init__(self, roots: Roots, used: list[int]) -> None:
+        self.roots = roots
+        self.used = used
+        self.reads = 0
+
+    def read(self) -> NodeMemory:
+        u = self.used[min(self.reads, len(self.used) - 1)]
+        self.reads += 1
+        return NodeMemory(u, LIMIT, "cgroup1", "/fake", ())
+
+    def pids(self) -> list[int]:
+        return sorted(int(p.name) for p in self.roots.proc.iterdir() if p.name.isdigit())
+
+
+class FakeWho:
+    def __init__(self, cands: list[Candidate]) -> None:
+        self.cands = cands
+        self.calls = 0
+
+    def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Candidate]:
+        self.calls += 1
+        return [c for c in self.cands if c.pid in procs]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+CFG = MonitorConfig(mode="on", policy=PolicyConfig(threshold=0.9, margin=0.05, horizon_s=1.0))
+
+
+def make(
+    tmp: Path, used: list[int], cands: list[Candidate], cfg: MonitorConfig = CFG
+) -> tuple[MemoryMonitor, list[int], list[dict[str, Any]], set[int], Clock]:
+    proc = tmp / "proc"
+    proc.mkdir(exist_ok=True)
+    write(proc / "stat", "btime 1000\n")
+    for c in cands:
+        fake_proc(proc, c.pid, "ray::IDLE" if c.kind == IDLE else f"ray::{c.name or 'f'}", c.memory)
+    killed: list[int] = []
+    events: list[dict[str, Any]] = []
+    dead: set[int] = set()
+    clock = Clock()
+    mon = MemoryMonitor(
+        FakeWho(cands),
+        kill=killed.append,
+        record_event=events.append,
+        measurer=FakeMeasurer(Roots(proc=proc), used),  # type: ignore[arg-type]
+        config=cfg,
+        node_id="n1",
+        alive=lambda pid: pid not in dead,
+        clock=clock,
+    )
+    return mon, killed, events, dead, clock
+
+
+def task(pid: int, mem: int, start: float, retries: int | None = 3, **kw: Any) -> Candidate:
+    return Candidate(
+        pid=pid,
+        memory=mem,
+        kind=TASK,
+        start_time=start,
+        owner="drv",
+        retries_left=retries,
+        name=kw.pop("name", "grow"),
+        task_id=kw.pop("task_id", f"t{pid}"),
+        **kw,
+    )
+
+
+def test_far_from_threshold_is_cheap(tmp_path: Path) -> None:
+    mon, killed, events, _, _ = make(tmp_path, [1 * GiB], [task(1, GiB, 1)])
+    assert mon.poll() == CFG.refresh_s
+    assert mon.stats["scans"] == 0 and mon.who.calls == 0 and not killed  # type: ignore[attr-defined]
+
+
+def test_warm_band_polls_fast_and_scans_without_deciding(tmp_path: Path) -> None:
+    mon, killed, _, _, clock = make(tmp_path, [int(3.3 * GiB)], [task(1, GiB, 1)])
+    assert mon.poll() == CFG.fast_refresh_s
+    clock.t += 0.05
+    mon.poll()
+    assert mon.stats["scans"] == 1  # at most every scan_every_s
+    clock.t += 0.3
+    mon.poll()
+    assert mon.stats["scans"] == 2 and mon.who.calls == 0 and not killed  # type: ignore[attr-defined]
+
+
+def test_kills_policy_victim_and_explains(tmp_path: Path) -> None:
+    zero = task(1, 2 * GiB, 5, retries=0, name="precious")
+    old = task(2, 600 * MiB, 1)
+    new = task(3, 500 * MiB, 9)
+    idle_small = Candidate(pid=4, memory=10 * MiB, kind=IDLE)
+    used = int(3.8 * GiB)  # threshold 3.6 GiB, target 3.4 GiB: need 0.4 GiB
+    mon, killed, events, dead, clock = make(tmp_path, [used], [zero, old, new, idle_small])
+    mon.poll()
+    assert killed == [3]  # newest retriable that alone frees enough; idle 10 MiB cannot
+    (ev,) = events
+    d = ev["details"]
+    assert ev["kind"] == "memory.kill" and ev["node_id"] == "n1"
+    assert d["used"] == used and d["limit"] == LIMIT and d["threshold"] == 0.9
+    assert d["victim"]["pid"] == 3 and "retriable task" in d["victim"]["reason"]
+    assert d["victim"]["retries_left"] == 3
+    assert {c["pid"] for c in d["candidates"]} == {1, 2, 3, 4}
+    assert any(c["pid"] == 1 and c["retriable"] is False for c in d["candidates"])
+    assert [p["pid"] for p in d["top_consumers"]][:1] == [1]
+    assert "killed task grow (pid 3" in ev["message"]
+    # One round in flight: no second kill until the victim is gone.
+    clock.t += 0.05
+    mon.poll()
+    assert killed == [3]
+    dead.add(3)
+    (tmp_path / "proc" / "3" / "cmdline").unlink()
+    clock.t += 0.05
+    mon.poll()
+    assert killed == [3, 2]  # still over: next round
+    assert mon.stats["kills"] == 2 and mon.stats["rounds"] == 2
+
+
+def test_victim_that_never_exits_stops_blocking(tmp_path: Path) -> None:
+    mon, killed, _, _, clock = make(tmp_path, [int(3.8 * GiB)], [task(1, GiB, 1), task(2, GiB, 2)])
+    mon.poll()
+    assert killed == [2]
+    clock.t += CFG.pending_timeout_s + 1
+    mon.poll()
+    assert killed == [2, 2] or killed == [2, 1]
+
+
+def test_dry_run_records_but_never_kills(tmp_path: Path) -> None:
+    cfg = MonitorConfig(mode="dry-run", policy=CFG.policy)
+    mon, killed, events, _, clock = make(tmp_path, [int(3.8 * GiB)], [task(1, GiB, 1)], cfg)
+    mon.poll()
+    clock.t += 1
+    mon.poll()  # cooldown: no second event yet
+    assert killed == [] and len(events) == 1 and events[0]["kind"] == "memory.dry-run"
+    assert events[0]["message"].startswith("would kill")
+    clock.t += cfg.dry_run_cooldown_s
+    mon.poll()
+    assert len(events) == 2
+
+
+def test_off_does_nothing(tmp_path: Path) -> None:
+    cfg = MonitorConfig(mode="off")
+    mon, killed, events, _, _ = make(tmp_path, [4 * GiB], [task(1, GiB, 1)], cfg)
+    mon.poll()
+    assert not killed and not events and mon.stats["polls"] == 0
+
+
+def test_trend_acts_below_threshold(tmp_path: Path) -> None:
+    # 2.6 -> 3.0 GiB in 0.25 s = 1.6 GiB/s: the 4 GiB limit is 0.6 s away.
+    mon, killed, events, _, clock = make(
+        tmp_path, [int(2.6 * GiB), int(3.0 * GiB)], [task(1, GiB, 1)]
+    )
+    mon.poll()
+    assert not killed
+    clock.t += 0.25
+    mon.poll()
+    assert killed == [1] and events[0]["details"]["trigger"] == "trend"
+
+
+def test_repeat_kill_of_same_task_counts_prior_kills(tmp_path: Path) -> None:
+    a, b = task(1, GiB, 1), task(2, GiB, 2)
+    mon, killed, events, dead, clock = make(tmp_path, [int(3.8 * GiB)], [a, b])
+    mon.poll()
+    assert killed == [2]
+    # Ray retries task t2 in a new worker pid 5; t1 stays. The retry must not go first again.
+    dead.add(2)
+    retry = task(5, GiB, 10, task_id="t2")
+    fake_proc(tmp_path / "proc", 5, "ray::grow", GiB)
+    (tmp_path / "proc" / "2" / "cmdline").unlink()
+    mon.who.cands = [a, retry]  # type: ignore[attr-defined]
+    clock.t += 0.05
+    mon.poll()
+    assert killed == [2, 1]
+    assert events[-1]["details"]["candidates"][1]["prior_kills"] == 1
+
+
+def test_run_and_stop_in_a_thread(tmp_path: Path) -> None:
+    mon, _, _, _, _ = make(tmp_path, [GiB], [task(1, GiB, 1)])
+    mon.clock = __import__("time").monotonic
+    t = threading.Thread(target=mon.run)
+    t.start()
+    while mon.stats["polls"] < 2:
+        pass
+    mon.stop()
+    t.join(2)
+    assert not t.is_alive() and mon.status()["memory"]["limit"] == LIMIT
+
+
+def test_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "dry-run")
+    monkeypatch.setenv("RAYDBG_MEMORY_THRESHOLD", "0.8")
+    monkeypatch.setenv("RAYDBG_MEMORY_MIN_FREE", str(GiB))
+    cfg = MonitorConfig.from_env()
+    assert cfg.mode == "dry-run" and cfg.policy.threshold == 0.8 and cfg.policy.min_free == GiB
+    monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "0")
+    monkeypatch.setenv("RAYDBG_MEMORY_THRESHOLD", "junk")
+    cfg = MonitorConfig.from_env()
+    assert cfg.mode == "off" and cfg.policy.threshold == 0.9
+
+
+def test_growth_window() -> None:
+    g = Growth(window_s=0.5)
+    assert g.add(0.0, 0) == 0.0
+    assert g.add(0.25, GiB) == pytest.approx(4 * GiB)
+    for i in range(2, 10):
+        g.add(i * 0.25, GiB)
+    assert g.add(2.5, GiB) == 0.0  # flat for longer than the window
+
+
+def test_pid_alive_on_fake_and_real(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    write(proc / "5" / "stat", "5 (x) Z 1 5\n")
+    write(proc / "6" / "stat", "6 (a) b) S 1 6\n")
+    roots = Roots(proc=proc)
+    assert not pid_alive(5, roots) and pid_alive(6, roots) and not pid_alive(7, roots)
+    import os
+
+    assert pid_alive(os.getpid())
+
+
+# ---- who-is-who join (pure) -----------------------------------------------------------
+
+
+def pm(pid: int, mem: int, start: float = 100.0) -> ProcMem:
+    return ProcMem(pid, 1, "python", mem, mem, mem, 0, "smaps_rollup", start, 1000)
+
+
+def test_candidates_join() -> None:
+    procs = {p: pm(p, p * MiB) for p in (10, 11, 12, 13, 14, 15, 16)}
+    titles = {10: "f", 11: "IDLE", 12: "A", 13: "DashboardAgent", 14: "f", 16: "g"}  # 15: not Ray
+    tasks = [
+        TaskRow("t10", 1, "f", "j", "parent", 10, "n", 150.0),
+        TaskRow("t10old", 0, "f", "j", "parent", 10, "n", 120.0),
+        TaskRow("t16", 0, "g", "j", "parent", 16, "n", 50.0),  # older than the process: stale
+    ]
+    actors = [ActorRow("a12", 12, "A", "", "j", "owner", 2, 1, "n", 90.0)]
+    out = {
+        c.pid: c
+        for c in candidates(
+            procs, titles, tasks, actors, {"t10": 3}, {"t10": 1}, protect=frozenset({14})
+        )
+    }
+    assert set(out) == {10, 11, 12, 16}
+    t = out[10]
+    assert (t.kind, t.task_id, t.retries_left, t.attempt, t.owner, t.prior_kills) == (
+        "task",
+        "t10",
+        2,
+        1,
+        "parent",
+        1,
+    )
+    assert out[11].kind == "idle" and out[11].retriable
+    a = out[12]
+    assert (a.kind, a.retries_left, a.actor_id, a.name) == ("actor", 1, "a12", "A")
+    assert out[16].task_id is None and out[16].retries_left is None and not out[16].retriable
+
+
+def test_retries_left() -> None:
+    assert retries_left(None, 0) is None
+    assert retries_left(-1, 7) == -1
+    assert retries_left(3, 1) == 2 and retries_left(1, 4) == 0
+
+
+def test_ray_title(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    write(proc / "1" / "cmdline", "ray::IDLE\0")
+    write(proc / "2" / "cmdline", "/usr/bin/python\0x.py\0")
+    write(proc / "3" / "cmdline", "ray::Actor.method extra\0")
+    roots = Roots(proc=proc)
+    assert ray_title(1, roots) == "IDLE" and ray_title(2, roots) is None
+    assert ray_title(3, roots) == "Actor.method" and ray_title(4, roots) is None
+
+
+class BrokenView:
+    def running_tasks(self, node_id: str) -> list[TaskRow]:
+        raise ConnectionError("gcs down")
+
+    def actors(self, node_id: str) -> list[ActorRow]:
+        return []
+
+    def budgets(self, task_ids: list[str]) -> dict[str, int]:
+        return {}
+
+    def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
+        return {}
+
+
+def test_resolver_degrades_to_unknown_when_gcs_fails(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    write(proc / "1" / "cmdline", "ray::f\0")
+    write(proc / "2" / "cmdline", "ray::IDLE\0")
+    r = Resolver(BrokenView(), roots=Roots(proc=proc))
+    out = {c.pid: c for c in r.candidates({1: pm(1, GiB), 2: pm(2, MiB)}, {})}
+    assert r.errors == 1 and out[1].retries_left is None and out[2].kind == "idle"
