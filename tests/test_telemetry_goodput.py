@@ -130,3 +130,31 @@ def test_sweep_gives_each_instant_one_category() -> None:
         }
     )
     assert r.steps_redone == 1 and r.attempts == 2
+
+
+def test_sd_style_spans_infer_attempts_from_processes() -> None:
+    """sd_reference's names (`step=`, `.checkpoint`, `.restore`, no attempt attribute): a new
+    process for rank 0 is a new attempt, and the unnumbered save kept step 1."""
+
+    def sp(name: str, a: float, b: float, pid: int, **attrs: Any) -> dict[str, Any]:
+        return {
+            "name": name,
+            "start": a,
+            "end": b,
+            "attributes": attrs,
+            "resource": {"process.pid": pid},
+        }
+
+    spans = [
+        sp("sd.train.step", 1, 2, 10, step=1),
+        sp("sd.train.checkpoint", 2, 2.5, 10),
+        sp("sd.train.step", 2.5, 3.5, 10, step=2),
+        sp("sd.train.restore", 5, 5.5, 11),
+        sp("sd.train.step", 6, 7, 11, step=2),
+    ]
+    r = goodput.compute(spans, "job")
+    assert r.attempts == 2 and r.steps_redone == 1 and r.steps == 2
+    assert r.parts["lost_redo"] == pytest.approx(1.0)  # step 2 in the first process
+    assert r.parts["restart"] == pytest.approx(2.0)  # 3.5-6 less the 0.5 s restore
+    assert r.parts["checkpoint_save"] == pytest.approx(0.5)
+    assert sum(r.parts.values()) == pytest.approx(r.wall)

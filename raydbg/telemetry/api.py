@@ -216,6 +216,12 @@ _instruments: dict[str, _Instrument] = {}
 
 
 def _instrument(cls: type[_Instrument], name: str, unit: str, description: str) -> Any:
+    if not isinstance(unit, str) or not isinstance(description, str):
+        # A common slip: histogram(name, value). Fail loudly instead of making a bad instrument.
+        raise TypeError(
+            f"{cls.kind}({name!r}, unit, description) takes strings; record values "
+            f"on the returned object: {cls.kind}(name, unit).record(value)"
+        )
     with _lock:
         inst = _instruments.get(name)
         if inst is None:

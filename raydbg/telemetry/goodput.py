@@ -4,7 +4,7 @@ Every instant of the run's wall time gets exactly one category, by priority, so 
 parts add up to the wall time. Span roles come from the `goodput.phase` attribute or
 the name's suffix (`.run`, `.setup`, `.step`, `.data_wait`, `.checkpoint.save`,
 `.checkpoint.restore`); `train.run.id`, `train.attempt` and `train.step` attributes
-tie spans to runs, attempts and steps (docs/telemetry.md, "Goodput").
+tie spans to runs, attempts and steps (a new process for rank 0 is a new attempt) (docs/telemetry.md, "Goodput").
 """
 
 from __future__ import annotations
@@ -38,13 +38,18 @@ LABELS = {
 _SUFFIXES = (
     (".checkpoint.restore", "checkpoint_restore"),
     (".checkpoint.save", "checkpoint_save"),
+    (".checkpoint", "checkpoint_save"),
+    (".restore", "checkpoint_restore"),
     (".data_wait", "data"),
     (".step", "step"),
     (".setup", "startup"),
     (".startup", "startup"),
     (".run", "run"),
 )
-RUN_ATTR, ATTEMPT_ATTR, STEP_ATTR = "train.run.id", "train.attempt", "train.step"
+RUN_ATTR = "train.run.id"
+# Canonical name first; the short ones are what sd_reference's spans carry.
+ATTEMPT_ATTRS = ("train.attempt", "attempt")
+STEP_ATTRS = ("train.step", "step")
 RANK_ATTR = "ray.train.world_rank"
 
 
@@ -117,15 +122,51 @@ def select(spans: Iterable[dict[str, Any]], run: str, rank: int = 0) -> list[dic
     return out
 
 
-def _attempt(s: dict[str, Any], first_steps: Sequence[tuple[float, int]]) -> int:
-    a = s.get("attributes", {}).get(ATTEMPT_ATTR)
-    if a is not None:
-        return int(a)
-    found = 0  # unlabelled: the attempt whose first step started last before it
-    for t, att in first_steps:
-        if t <= s["start"]:
-            found = att
-    return found
+def _attr(s: dict[str, Any], names: tuple[str, ...]) -> Any:
+    attrs = s.get("attributes", {})
+    for n in names:
+        if attrs.get(n) is not None:
+            return attrs[n]
+    return None
+
+
+def _step_no(s: dict[str, Any]) -> int | None:
+    n = _attr(s, STEP_ATTRS)
+    return int(n) if n is not None else None
+
+
+def _attempts(spans: Sequence[dict[str, Any]], steps: Sequence[dict[str, Any]]) -> list[int]:
+    """Attempt index per span: `train.attempt`, else the process (a restart is a new process
+    for the same rank), else the attempt whose first step started last before the span."""
+    explicit = any(_attr(s, ATTEMPT_ATTRS) is not None for s in steps)
+    by_pid: dict[Any, float] = {}
+    if not explicit:
+        for s in steps:
+            pid = s.get("resource", {}).get("process.pid")
+            by_pid[pid] = min(by_pid.get(pid, s["start"]), s["start"])
+    pid_index = {pid: i for i, pid in enumerate(sorted(by_pid, key=by_pid.__getitem__))}
+    firsts: dict[int, float] = {}
+    for s in steps:
+        a = (
+            _attr(s, ATTEMPT_ATTRS)
+            if explicit
+            else pid_index[s.get("resource", {}).get("process.pid")]
+        )
+        a = int(a or 0)
+        firsts[a] = min(firsts.get(a, s["start"]), s["start"])
+    order = sorted((t, a) for a, t in firsts.items())
+    out = []
+    for s in spans:
+        a = _attr(s, ATTEMPT_ATTRS)
+        if a is None and not explicit:
+            a = pid_index.get(s.get("resource", {}).get("process.pid"))
+        if a is None:
+            a = 0
+            for t, att in order:
+                if t <= s["start"]:
+                    a = att
+        out.append(int(a))
+    return out
 
 
 def _sweep(
@@ -167,47 +208,42 @@ def compute(spans: Sequence[dict[str, Any]], run: str) -> Report:
         raise ValueError(f"no spans for run {run!r}")
     start = min(s["start"] for s in spans)
     end = max(s["end"] for s in spans)
-    roles = [(s, phase(s)) for s in spans]
-    steps = [s for s, p in roles if p == "step"]
+    roles = [phase(s) for s in spans]
+    steps = [s for s, p in zip(spans, roles, strict=True) if p == "step"]
+    att = _attempts(spans, steps)
     notes: list[str] = []
     firsts: dict[int, float] = {}
-    for s in steps:
-        a = int(s.get("attributes", {}).get(ATTEMPT_ATTR, 0))
-        firsts[a] = min(firsts.get(a, s["start"]), s["start"])
-    first_steps = sorted((t, a) for a, t in firsts.items())
-    attempts = [a for _, a in first_steps]
+    for s, p, a in zip(spans, roles, att, strict=True):
+        if p == "step":
+            firsts[a] = min(firsts.get(a, s["start"]), s["start"])
+    attempts = sorted(firsts, key=firsts.__getitem__)
     intervals: list[tuple[float, float, str]] = []
-    for s, p in roles:
+    for s, p in zip(spans, roles, strict=True):
         cat = {"step": "compute", "data": "data", "startup": "startup"}.get(p or "", p)
         if cat in CATEGORIES:
             intervals.append((s["start"], s["end"], cat))
-    if first_steps:
-        intervals.append((start, first_steps[0][0], "startup"))
+    if attempts:
+        intervals.append((start, firsts[attempts[0]], "startup"))
     else:
         notes.append("no step spans: everything but start-up and checkpoints counts as idle")
     redone = 0
     for prev, nxt in zip(attempts, attempts[1:], strict=False):
-        mine = [s for s, p in roles if p not in (None, "run") and _attempt(s, first_steps) == prev]
-        t_fail = max(s["end"] for s in mine)
-        restores = [
-            s for s, p in roles if p == "checkpoint_restore" and _attempt(s, first_steps) == nxt
-        ]
-        saves = [s for s, p in roles if p == "checkpoint_save" and _attempt(s, first_steps) == prev]
-        resume = _resume_step(restores, saves)
-        kept_end = firsts[prev]
-        lost_steps = 0
-        for s in steps:
-            if _attempt(s, first_steps) != prev:
+        mine = [(s, p) for s, p, a in zip(spans, roles, att, strict=True) if a == prev]
+        t_fail = max(s["end"] for s, p in mine if p not in (None, "run"))
+        resume = _resume_step(spans, roles, att, prev, nxt)
+        kept_end, lost = firsts[prev], 0
+        for s, p in mine:
+            if p != "step":
                 continue
-            n = s.get("attributes", {}).get(STEP_ATTR)
-            if n is not None and int(n) <= resume:
+            n = _step_no(s)
+            if n is not None and n <= resume:
                 kept_end = max(kept_end, s["end"])
             else:
-                lost_steps += 1
+                lost += 1
         # Everything after the last step the next attempt kept is lost, up to the failure.
         intervals.append((kept_end, t_fail, "lost_redo"))
         intervals.append((t_fail, firsts[nxt], "restart"))
-        redone += lost_steps
+        redone += lost
     segs = _sweep(start, end, intervals)
     parts = {c: 0.0 for c in CATEGORIES}
     for lo, hi, cat in segs:
@@ -225,13 +261,45 @@ def compute(spans: Sequence[dict[str, Any]], run: str) -> Report:
     )
 
 
-def _resume_step(restores: list[dict[str, Any]], saves: list[dict[str, Any]]) -> int:
-    """The step the next attempt resumed from: its restore's `train.step`, else the last save."""
-    for group in (restores, saves):
-        marked = [s for s in group if s.get("attributes", {}).get(STEP_ATTR) is not None]
-        if marked:
-            last = max(marked, key=lambda s: s["end"])
-            return int(last["attributes"][STEP_ATTR])
+def _resume_step(
+    spans: Sequence[dict[str, Any]],
+    roles: Sequence[str | None],
+    att: Sequence[int],
+    prev: int,
+    nxt: int,
+) -> int:
+    """The last step of attempt `prev` that attempt `nxt` kept: the step before its first
+    step, else its restore's step, else the step of `prev`'s last checkpoint save."""
+    rows = list(zip(spans, roles, att, strict=True))
+    nums = [n for s, p, a in rows if p == "step" and a == nxt and (n := _step_no(s)) is not None]
+    if nums:
+        return min(nums) - 1
+    restored = [
+        n
+        for s, p, a in rows
+        if p == "checkpoint_restore" and a == nxt and (n := _step_no(s)) is not None
+    ]
+    if restored:
+        return restored[-1]
+    saves = sorted(
+        (s for s, p, a in rows if p == "checkpoint_save" and a == prev), key=lambda s: s["end"]
+    )
+    if saves:
+        last = saves[-1]
+        n = _step_no(last)
+        if n is not None:
+            return n
+        # An unnumbered save holds the last step that ended before it began.
+        before = [
+            m
+            for s, p, a in rows
+            if p == "step"
+            and a == prev
+            and s["end"] <= last["start"]
+            and (m := _step_no(s)) is not None
+        ]
+        if before:
+            return max(before)
     return -1
 
 
