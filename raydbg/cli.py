@@ -196,7 +196,13 @@ def _register_telemetry(sub: Any) -> None:
     register(sub)
 
 
-REGISTRARS: list[Registrar] = [_register_core, _register_telemetry]
+def _register_tui(sub: Any) -> None:
+    from raydbg.tui.command import register  # tui, attach
+
+    register(sub)
+
+
+REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui]
 
 
 def build_parser() -> argparse.ArgumentParser:

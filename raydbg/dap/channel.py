@@ -14,7 +14,7 @@ from raydbg.dap.framing import ByteReader, ByteWriter, read_message, write_messa
 log = logging.getLogger(__name__)
 
 Message = dict[str, Any]
-EventCallback = Callable[[Message], None]
+EventCallback = Callable[[Message], object]
 EventPredicate = Callable[[Message], bool]
 
 
@@ -34,7 +34,7 @@ class DapChannel:
         self._pending: dict[int, tuple[str, asyncio.Future[Message]]] = {}
         self._subscribers: list[tuple[str | None, EventCallback]] = []
         self._waiters: list[tuple[str, EventPredicate | None, asyncio.Future[Message]]] = []
-        self._close_callbacks: list[Callable[[DapConnectionLost], None]] = []
+        self._close_callbacks: list[Callable[[DapConnectionLost], object]] = []
         self._task: asyncio.Task[None] | None = None
         self._lost: DapConnectionLost | None = None
         self._closed = asyncio.Event()
@@ -55,7 +55,7 @@ class DapChannel:
     def is_open(self) -> bool:
         return self._lost is None
 
-    def on_close(self, callback: Callable[[DapConnectionLost], None]) -> None:
+    def on_close(self, callback: Callable[[DapConnectionLost], object]) -> None:
         """Call ``callback(reason)`` once when the channel ends (at once if it has)."""
         if self._lost is not None:
             callback(self._lost)

@@ -14,6 +14,7 @@ from raydbg.dap.errors import DapConnectionLost
 RELAY_CLOSE_REASONS = {
     4401: "the gateway refused the token (4401): check RAYDBG_TOKEN or --token-file",
     4404: "no such debug session (4404): it may have resumed or its worker died",
+    4409: "another client is already attached to this worker (4409)",
     4502: "the paused process cannot be reached (4502): its worker may have died",
 }
 
@@ -182,7 +183,8 @@ async def open_websocket(
             await client.close()
         reason = {
             401: "the gateway refused the token (HTTP 401): check RAYDBG_TOKEN or --token-file",
-            404: "no such debug session (HTTP 404)",
+            404: "no such debug session (HTTP 404): it may have resumed or its worker died",
+            409: "session not attachable yet, or another client is attached (HTTP 409)",
         }
         raise DapConnectionLost(
             reason.get(exc.status, f"DAP relay refused the connection (HTTP {exc.status})")

@@ -1,0 +1,1 @@
+"""raydbg's terminal UI (`raydbg tui`, `raydbg attach`), built on Textual and raydbg.dap."""

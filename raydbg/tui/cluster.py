@@ -1,0 +1,38 @@
+"""Cluster pane: one row per node with memory bar, GPU memory, workers and agent state."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual.widgets import DataTable
+
+from raydbg.tui.format import NODE_COLUMNS, node_row
+
+
+class ClusterPane(DataTable[Any]):
+    """Nodes from ``GET /api/v1/nodes``, head first."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.border_title = "Cluster"
+        self._rows: dict[str, tuple[Any, ...]] = {}
+
+    def on_mount(self) -> None:
+        for column in NODE_COLUMNS:
+            self.add_column(column, key=column)
+
+    def update_nodes(self, nodes: list[dict[str, Any]]) -> None:
+        nodes = sorted(nodes, key=lambda n: (not n.get("is_head"), str(n.get("node_ip", ""))))
+        rows = {str(n.get("node_id")): node_row(n) for n in nodes}
+        if list(rows) != list(self._rows):
+            self.clear()
+            for key, row in rows.items():
+                self.add_row(*row, key=key)
+        else:
+            for key, row in rows.items():
+                if row != self._rows[key]:
+                    for column, value in zip(NODE_COLUMNS, row, strict=True):
+                        self.update_cell(key, column, value)
+        self._rows = rows
+        alive = sum(1 for n in nodes if n.get("alive", True))
+        self.border_title = f"Cluster ({alive}/{len(nodes)} nodes alive)"

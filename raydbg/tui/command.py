@@ -1,0 +1,45 @@
+"""`raydbg tui` and `raydbg attach ID`: argument parsing and start-up (Textual imported late)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+
+def _run(args: argparse.Namespace, attach: str | None) -> int:
+    from raydbg.tui.app import create_app
+    from raydbg.tui.gateway import HttpGateway
+
+    # Discovery errors (no cluster, no token) are GatewayError: the CLI prints one line.
+    found = HttpGateway.discover(args.address, args.token_file)
+    gateway = HttpGateway(found.address, found.token)
+    app = create_app(gateway, attach=attach, refresh=args.refresh)
+    app.run()
+    return int(app.return_code or 0)
+
+
+def cmd_tui(args: argparse.Namespace) -> int:
+    return _run(args, None)
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    return _run(args, args.session_id)
+
+
+def register(sub: Any) -> None:
+    """Add `tui` and `attach` to the `raydbg` subcommand parser."""
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
+        p.add_argument("--token-file", help="file holding the raydbg token")
+        p.add_argument(
+            "--refresh", type=float, default=1.0, help="seconds between session list refreshes"
+        )
+
+    p = sub.add_parser("tui", help="terminal UI: cluster, paused sessions, events, debugger")
+    common(p)
+    p.set_defaults(fn=cmd_tui)
+    p = sub.add_parser("attach", help="open the terminal debugger on one paused session")
+    p.add_argument("session_id", help="session id (see `raydbg list`)")
+    common(p)
+    p.set_defaults(fn=cmd_attach)

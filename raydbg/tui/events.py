@@ -1,0 +1,64 @@
+"""Events pane: memory-monitor kills and other registry events; Enter shows the explanation."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import DataTable, Static
+
+from raydbg.tui.format import EVENT_COLUMNS, event_row
+
+
+class EventsPane(DataTable[str]):
+    """Events from ``GET /api/v1/events``, newest first."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.border_title = "Events"
+        self.events: dict[str, dict[str, Any]] = {}
+        self._order: list[str] = []
+
+    def on_mount(self) -> None:
+        for column in EVENT_COLUMNS:
+            self.add_column(column, key=column)
+
+    def update_events(self, events: list[dict[str, Any]]) -> None:
+        keyed = {str(e.get("id") or f"{e.get('ts')}-{i}"): e for i, e in enumerate(events)}
+        order = sorted(keyed, key=lambda k: -float(keyed[k].get("ts", 0)))
+        if order != self._order:
+            self.clear()
+            for key in order:
+                self.add_row(*event_row(keyed[key]), key=key)
+            self._order = order
+        self.events = keyed
+        self.border_title = f"Events ({len(order)})"
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        chosen = self.events.get(str(event.row_key.value))
+        if chosen is not None:
+            self.app.push_screen(EventDetail(chosen))
+
+
+class EventDetail(ModalScreen[None]):
+    """The whole event: message and every detail the monitor recorded."""
+
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+
+    def __init__(self, event: dict[str, Any]) -> None:
+        super().__init__()
+        self.event = event
+
+    def compose(self) -> ComposeResult:
+        title = Text.assemble((str(self.event.get("kind", "")), "bold"), "  ")
+        title.append(str(self.event.get("message", "")))
+        details = json.dumps(self.event.get("details", {}), indent=2, sort_keys=True)
+        with VerticalScroll(id="event-detail"):
+            yield Static(title)
+            yield Static(Text(details))

@@ -1,0 +1,62 @@
+"""Typed Textual messages between the TUI's panes, screens and I/O workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from textual.message import Message
+
+
+@dataclass
+class SessionsUpdated(Message):
+    """A fresh session list from the gateway (newest first)."""
+
+    sessions: list[dict[str, Any]]
+
+
+@dataclass
+class NodesUpdated(Message):
+    nodes: list[dict[str, Any]]
+
+
+@dataclass
+class EventsUpdated(Message):
+    events: list[dict[str, Any]]
+
+
+@dataclass
+class GatewayState(Message):
+    """Whether the last call to the gateway worked; ``text`` says what is wrong."""
+
+    ok: bool
+    text: str
+
+
+@dataclass
+class AttachRequested(Message):
+    session_id: str
+
+
+@dataclass
+class DapEvent(Message):
+    """A DAP event from the debuggee (stopped, continued, output, terminated, ...)."""
+
+    event: dict[str, Any]
+
+
+@dataclass
+class DapClosed(Message):
+    """The debug connection ended; ``reason`` is one line for the user."""
+
+    reason: str
+
+
+@dataclass
+class FrameSelected(Message):
+    index: int
+
+
+@dataclass
+class EvaluateRequested(Message):
+    expression: str
