@@ -132,6 +132,13 @@ def test_frees_enough_with_several_and_stops_when_covered() -> None:
     assert [v.candidate.pid for v in d.victims] == [6, 5, 4]  # newest first
 
 
+def test_newest_first_when_none_alone_frees_enough() -> None:
+    cands = (task(1, 700 * MiB, 1), task(2, 500 * MiB, 2), task(3, 300 * MiB, 3))
+    d = decide(Snapshot(OVER, LIMIT, cands), CFG)  # need 796 MiB
+    assert [v.candidate.pid for v in d.victims] == [3, 2]
+    assert "none alone frees enough" in d.victims[0].reason
+
+
 def test_one_big_kill_rather_than_many_small() -> None:
     small = [task(p, 100 * MiB, 100 + p) for p in range(1, 6)]
     big = task(9, 3 * GiB, 1)
@@ -185,9 +192,9 @@ def test_trend_acts_before_threshold() -> None:
     snap = Snapshot(used=int(8.6 * GiB), limit=LIMIT, candidates=(grower, calm), growth=1.5 * GiB)
     d = decide(snap, CFG)
     assert d.trigger == "trend" and d.action == "kill"
-    # Need = 8.6 + 1.5 - 8.5 = 1.6 GiB; the grower frees 2 + 1 = 3 GiB counting its growth.
-    assert d.need == int(8.6 * GiB) + int(1.5 * GiB) - (9 * GiB - int(0.05 * LIMIT))
-    assert [v.candidate.pid for v in d.victims] == [2]  # newest... of same group
+    # Need = 8.6 + 1.5 * 0.5 (project_s) - 8.5 = 0.85 GiB; both would free enough.
+    assert d.need == int(8.6 * GiB) + int(0.75 * GiB) - (9 * GiB - int(0.05 * LIMIT))
+    assert [v.candidate.pid for v in d.victims] == [2]  # the newest of the caller's two
     slow = Snapshot(used=int(8.6 * GiB), limit=LIMIT, candidates=(grower,), growth=0.5 * GiB)
     assert decide(slow, CFG).action == "none"  # 2.8 s to the limit: no hurry
 
@@ -261,7 +268,7 @@ def test_prop_retriable_exhausted_before_non_retriable(snap: Snapshot) -> None:
 
 
 def CFG_FREED(c: Candidate) -> int:
-    return c.memory + int(max(0.0, c.growth) * CFG.horizon_s)
+    return c.memory + int(max(0.0, c.growth) * CFG.project_s)
 
 
 @settings(max_examples=200, deadline=None)

@@ -54,6 +54,7 @@ class MonitorConfig:
             min_free=int(_env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
             margin=_env_float("RAYDBG_MEMORY_MARGIN", 0.05),
             horizon_s=_env_float("RAYDBG_MEMORY_HORIZON_S", 1.0),
+            project_s=_env_float("RAYDBG_MEMORY_PROJECT_S", 0.5),
         )
         return cls(
             mode=mode.get(raw, "on"),

@@ -14,8 +14,10 @@ whose oldest member is newest; newest first within a group.
 
 Selection: stages strictly in order (a worse stage is touched only when the better
 ones cannot free enough). Inside the current stage the first candidate in preference
-order that alone frees what is still needed is chosen; when none does, the one that
-frees the most (fewest kills). Stop as soon as the deficit is covered.
+order that alone frees what is still needed is chosen (one kill rather than several);
+when none does, simply the first in preference order. Stop as soon as the deficit
+is covered. The deficit counts the node's growth over `project_s` (the time until
+the next round can act), and a growing victim's freed memory counts its own.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class PolicyConfig:
     min_free: int = 0  # act also when less than this many bytes are free
     margin: float = 0.05  # get back under threshold minus this fraction of the limit
     horizon_s: float = 1.0  # act when the limit would be reached within this time
+    project_s: float = 0.5  # growth counted into the deficit (kill -> memory freed -> next round)
 
 
 @dataclass(frozen=True)
@@ -121,8 +124,8 @@ def trigger_of(used: int, limit: int, growth: float, cfg: PolicyConfig) -> str |
 
 
 def freed_by(c: Candidate, cfg: PolicyConfig) -> int:
-    # A growing victim also stops growing: count its growth over the horizon.
-    return c.memory + int(max(0.0, c.growth) * cfg.horizon_s)
+    # A growing victim also stops growing: count its growth until the next round.
+    return c.memory + int(max(0.0, c.growth) * cfg.project_s)
 
 
 def stage(c: Candidate, small_cut: int = 0) -> int:
@@ -213,7 +216,9 @@ def _reason(
     if covers:
         parts.append(f"frees {_gib(freed)}, enough for the {_gib(need_left)} still needed")
     else:
-        parts.append(f"frees {_gib(freed)}, the most of its kind; {_gib(need_left)} still needed")
+        parts.append(
+            f"frees {_gib(freed)} of the {_gib(need_left)} still needed; none alone frees enough"
+        )
     return "; ".join(parts)
 
 
@@ -231,7 +236,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             "wait", trig, thr, target, 0,
             message=f"waiting for {len(snap.pending)} killed worker(s) to exit",
         )  # fmt: skip
-    projected = snap.used + int(max(0.0, snap.growth) * cfg.horizon_s)
+    projected = snap.used + int(max(0.0, snap.growth) * cfg.project_s)
     need = max(1, projected - target)
     small_cut = need // 10
     order_all = preference_order(snap.candidates, small_cut=small_cut)
@@ -261,11 +266,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
         enough = sum(freed_by(c, cfg) for c in nonlast) >= need_left
         pool = nonlast if nonlast and enough else tier
         cover = [c for c in pool if freed_by(c, cfg) >= need_left]
-        if cover:
-            pick = cover[0]
-        else:
-            # max() keeps the first of equals, i.e. preference order breaks ties.
-            pick = max(pool, key=lambda c: freed_by(c, cfg))
+        pick = cover[0] if cover else pool[0]
         freed = freed_by(pick, cfg)
         better = sum(1 for v in victims if stage(v.candidate, small_cut) < st)
         small = pick.kind == IDLE and st == 3

@@ -1,0 +1,180 @@
+"""Worker side: hold a task attempt at its start while the node is short of memory.
+
+Why: a kill from outside Ray spends the task's `max_retries`, and Ray starts the next
+attempt at once; without a pause the monitor kills the same growing task again and
+again until it fails for good. So, at the start of each normal task:
+  * an attempt that follows a raydbg kill (KV `killed/...`, written by the monitor)
+    waits until node memory is under the low mark (threshold - margin);
+  * any attempt waits while the node is above the high mark (threshold - margin/2);
+both with exponential backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s).
+
+`install_worker_gate()` is called by raydbg's worker setup hook. It wraps what
+`FunctionActorManager.get_execution_info` returns for plain (non-actor, non-async,
+non-generator) functions; everything else passes through untouched.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+from raydbg.memory.measure import NodeMeasurer
+
+log = logging.getLogger("raydbg.memory")
+_MARK = "__raydbg_gate__"
+_measurer: NodeMeasurer | None = None
+
+
+def _f(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, "") or default)
+    except ValueError:
+        return default
+
+
+def marks() -> tuple[float, float]:
+    """(low, high) fractions of the node limit."""
+    thr = _f("RAYDBG_MEMORY_THRESHOLD", 0.9)
+    margin = _f("RAYDBG_MEMORY_MARGIN", 0.05)
+    return thr - margin, thr - margin / 2
+
+
+def node_fraction() -> float:
+    global _measurer
+    if _measurer is None:
+        _measurer = NodeMeasurer(psi=False)
+    return _measurer.read().fraction
+
+
+def wait_for_memory(
+    low: float,
+    max_hold_s: float,
+    fraction: Callable[[], float] = node_fraction,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+) -> float:
+    """Sleep with backoff (0.1 s doubling to 2 s) until `fraction() < low`; seconds waited."""
+    start = clock()
+    delay = 0.1
+    while fraction() >= low and clock() - start < max_hold_s:
+        sleep(delay)
+        delay = min(2.0, delay * 2)
+    return clock() - start
+
+
+def _current() -> tuple[str | None, int]:
+    import ray
+
+    w: Any = ray._private.worker.global_worker
+    tid = w.current_task_id.hex()
+    try:
+        attempt = int(w.core_worker.get_current_task_attempt_number())
+    except Exception:
+        attempt = 0
+    return tid, attempt
+
+
+def before_task() -> None:
+    """The gate itself; never raises (a broken gate must not break the task)."""
+    if os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false"):
+        return
+    try:
+        low, high = marks()
+        max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
+        tid, attempt = _current()
+        killed: dict[str, Any] | None = None
+        if attempt > 0 and tid:
+            from raydbg.memory import budget
+
+            got = budget._multi_get([budget.killed_key(tid)])
+            if got:
+                import json
+
+                killed = json.loads(next(iter(got.values())))
+        if killed is not None:
+            # One line in the task's log naming the event that explains the last kill.
+            print(
+                f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
+                f"(event {killed.get('event')}); waiting for node memory under {low:.0%}",
+                file=sys.stderr,
+                flush=True,
+            )
+            waited = wait_for_memory(low, max_hold)
+        elif node_fraction() >= high:
+            waited = wait_for_memory(low, max_hold)
+        else:
+            return
+        if waited > 0.05:
+            print(f"raydbg: task start held {waited:.1f}s for memory", file=sys.stderr, flush=True)
+    except Exception as e:
+        log.debug("raydbg memory gate skipped: %s", e)
+
+
+def _gated(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        before_task()
+        return fn(*args, **kwargs)
+
+    setattr(run, _MARK, True)
+    return run
+
+
+def _plain(fn: Any) -> bool:
+    return (
+        callable(fn)
+        and not getattr(fn, _MARK, False)
+        and not inspect.iscoroutinefunction(fn)
+        and not inspect.isgeneratorfunction(fn)
+        and not inspect.isasyncgenfunction(fn)
+    )
+
+
+def install_worker_gate() -> bool:
+    """Patch this worker's function lookup; idempotent; False if Ray lacks the hook point."""
+    try:
+        from ray._private.function_manager import FunctionActorManager, FunctionExecutionInfo
+    except Exception:
+        return False
+    orig = FunctionActorManager.get_execution_info
+    if getattr(orig, _MARK, False):
+        return True
+
+    @functools.wraps(orig)
+    def get_execution_info(self: Any, job_id: Any, descriptor: Any) -> Any:
+        info = orig(self, job_id, descriptor)
+        try:
+            if descriptor.is_actor_method() or not _plain(info.function):
+                return info
+        except Exception:
+            return info
+        cache = self.__dict__.setdefault("_raydbg_gated", {})
+        fn = cache.get(id(info.function))
+        if fn is None:
+            fn = cache[id(info.function)] = _gated(info.function)
+        return FunctionExecutionInfo(fn, info.function_name, info.max_calls)
+
+    setattr(get_execution_info, _MARK, True)
+    FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
+    return True
+
+
+def worker_setup() -> None:
+    """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
+    from raydbg.memory import budget
+
+    budget.install_submit_hook()
+    install_worker_gate()
+
+
+def driver_setup() -> None:
+    """What raydbg's driver-side activation calls: record budgets of submitted tasks."""
+    from raydbg.memory import budget
+
+    budget.install_submit_hook()

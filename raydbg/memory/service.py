@@ -1,0 +1,213 @@
+"""The monitor as its own process, spawned by the node agent, out of the OOM killer's reach.
+
+Why a separate process: Ray gives every worker (the agent actor included)
+`oom_score_adj=1000`, so a monitor inside the agent would be the kernel's first
+victim, the very thing it exists to prevent. This process sets its own score to
+-1000 (root) or the lowest it is allowed, locks its pages in RAM when it can, talks
+to GCS directly (no ray.init), and exits when its parent (the agent) goes away.
+
+    python -m raydbg.memory.service --gcs-address HOST:PORT --node-id HEX
+
+`spawn(...)` is what the agent calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from raydbg.memory.measure import NodeMeasurer
+from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
+from raydbg.memory.policy import Candidate
+
+log = logging.getLogger("raydbg.memory")
+STATUS_KEY = "memory/"  # memory/<node_id> -> monitor status JSON, refreshed every second
+
+
+def lower_oom_score(proc: Path = Path("/proc/self")) -> int:
+    """Set oom_score_adj as low as allowed (-1000 as root); returns the value in effect."""
+    path = proc / "oom_score_adj"
+    for value in (-1000, -999, -500, 0):
+        try:
+            path.write_text(str(value))
+            return value
+        except OSError:
+            continue
+    try:
+        return int(path.read_text())
+    except (OSError, ValueError):
+        return 0
+
+
+def lock_memory() -> bool:
+    """mlockall(MCL_CURRENT): the monitor's pages cannot be evicted under pressure."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.mlockall(1) == 0)  # MCL_CURRENT
+    except Exception:
+        return False
+
+
+def worker_log_line(pid: int, line: str) -> bool:
+    """Append one line to the worker's stderr log (Ray shows it in the driver, prefixed)."""
+    try:
+        target = os.readlink(f"/proc/{pid}/fd/2")
+        if not target.startswith("/") or not target.endswith((".err", ".log", ".out")):
+            return False
+        with open(target, "a") as f:
+            f.write(line.rstrip("\n") + "\n")
+        return True
+    except OSError:
+        return False
+
+
+class Recorder:
+    """record_event/on_kill for the monitor: registry events + the burn-out marker."""
+
+    def __init__(self, registry: Any, budget: Any) -> None:
+        self.registry = registry
+        self.budget = budget
+
+    def record_event(self, event: dict[str, Any]) -> None:
+        rec = self.registry.record_event(
+            event["kind"], event["message"], event.get("node_id", ""), **event["details"]
+        )
+        event["id"], event["ts"] = rec["id"], rec["ts"]
+
+    def on_kill(self, victim: Candidate, event: dict[str, Any]) -> None:
+        if event["kind"] != "memory.kill":
+            return
+        ident = victim.task_id or victim.actor_id
+        if ident:
+            self.budget.mark_killed(ident, victim.prior_kills + 1, event.get("id", ""))
+
+
+def build(
+    gcs_address: str,
+    node_id: str,
+    cgroup_dir: str | None = None,
+    protect: tuple[int, ...] = (),
+    config: MonitorConfig | None = None,
+) -> MemoryMonitor:
+    """A monitor wired to GCS (no ray.init): registry events, budgets, task events, actors."""
+    from ray._private.internal_api import get_state_from_address
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    from raydbg import registry
+    from raydbg.memory import budget
+    from raydbg.memory.gpu import GpuReader
+    from raydbg.memory.whois import GcsView, Resolver
+
+    gcs = GcsClient(address=gcs_address)
+    registry.use_client(gcs)
+    budget.use_client(gcs)
+    state = get_state_from_address(gcs_address)
+    who = Resolver(
+        GcsView(state),
+        node_id,
+        protect={os.getpid(), os.getppid(), *protect},
+        gpu=GpuReader(),
+    )
+    rec = Recorder(registry, budget)
+
+    def kill(pid: int) -> None:
+        worker_log_line(pid, "raydbg: killed by raydbg's memory monitor; see `raydbg events`")
+        os.kill(pid, signal.SIGKILL)
+
+    measurer = NodeMeasurer(cgroup_dir=Path(cgroup_dir) if cgroup_dir else None)
+    return MemoryMonitor(
+        who,
+        kill=kill,
+        record_event=rec.record_event,
+        measurer=measurer,
+        config=config or MonitorConfig.from_env(),
+        node_id=node_id,
+        on_kill=rec.on_kill,
+    )
+
+
+def _status_loop(mon: MemoryMonitor, node_id: str, stop: threading.Event) -> None:
+    from raydbg import registry
+
+    while not stop.wait(1.0):
+        try:
+            registry.put(
+                STATUS_KEY + node_id, {**mon.status(), "pid": os.getpid(), "ts": time.time()}
+            )
+        except Exception as e:
+            log.debug("raydbg memory: status not published: %s", e)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m raydbg.memory.service")
+    p.add_argument("--gcs-address", required=True)
+    p.add_argument("--node-id", default="")
+    p.add_argument("--cgroup-dir", default=None, help="measure this cgroup instead of our own")
+    p.add_argument("--protect", type=int, action="append", default=[])
+    p.add_argument("--no-parent-watch", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s raydbg-memory %(message)s")
+    score = lower_oom_score()
+    locked = lock_memory() if os.geteuid() == 0 else False
+    mon = build(args.gcs_address, args.node_id, args.cgroup_dir, tuple(args.protect))
+    log.info(
+        "memory monitor pid %d: mode %s, threshold %.2f, oom_score_adj %d, mlock %s, cgroup %s",
+        os.getpid(), mon.config.mode, mon.config.policy.threshold, score, locked,
+        mon.measurer.cgroup_dir,
+    )  # fmt: skip
+    stop = threading.Event()
+    parent = os.getppid()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            if not args.no_parent_watch and os.getppid() != parent:
+                log.info("parent %d gone; exiting", parent)
+                mon.stop()
+                stop.set()
+
+    def on_term(*_: Any) -> None:
+        mon.stop()
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    threading.Thread(target=watch, daemon=True).start()
+    threading.Thread(target=_status_loop, args=(mon, args.node_id, stop), daemon=True).start()
+    mon.run()
+    stop.set()
+    print(json.dumps(mon.stats), flush=True)
+    return 0
+
+
+def spawn(
+    gcs_address: str,
+    node_id: str,
+    cgroup_dir: str | None = None,
+    protect: tuple[int, ...] = (),
+    env: dict[str, str] | None = None,
+    log_path: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start the monitor process (the agent calls this once per node and keeps the handle)."""
+    cmd = [sys.executable, "-m", "raydbg.memory.service", "--gcs-address", gcs_address]
+    cmd += ["--node-id", node_id]
+    if cgroup_dir:
+        cmd += ["--cgroup-dir", cgroup_dir]
+    for pid in protect:
+        cmd += ["--protect", str(pid)]
+    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    return subprocess.Popen(
+        cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
