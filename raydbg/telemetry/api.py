@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from opentelemetry import trace
+from opentelemetry import context, trace
+from opentelemetry.trace import Status, StatusCode
 
 from raydbg.telemetry.provider import state
 
@@ -41,11 +42,14 @@ SECONDS_BUCKETS = (
     600,
 )
 _NOOP = trace.INVALID_SPAN
+_PRIMITIVE = frozenset({str, bool, int, float})
 
 
 def _clean(attributes: Mapping[str, Any] | None, attrs: Mapping[str, Any]) -> dict[str, Any]:
     """OTel takes str/bool/int/float (and lists of them): drop None, stringify the rest."""
-    merged = {**attributes, **attrs} if attributes else dict(attrs)
+    merged = {**attributes, **attrs} if attributes else attrs
+    if all(type(v) in _PRIMITIVE for v in merged.values()):
+        return dict(merged)  # the common case: nothing to clean
     out: dict[str, Any] = {}
     for k, v in merged.items():
         if v is None:
@@ -68,7 +72,7 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
     An exception leaving the block is recorded on the span and sets its status to error.
     """
 
-    __slots__ = ("name", "_attributes", "_attrs", "_cm")
+    __slots__ = ("name", "_attributes", "_attrs", "_span", "_token")
 
     def __init__(
         self, name: str, attributes: Mapping[str, Any] | None = None, **attrs: Any
@@ -76,21 +80,28 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
         self.name = name
         self._attributes = attributes
         self._attrs = attrs
-        self._cm: Any = None
+        self._span: Any = None
+        self._token: Any = None
 
     def __enter__(self) -> trace.Span:
         tracer = state.tracer
         if tracer is None:
             return _NOOP
-        self._cm = tracer.start_as_current_span(
-            self.name, attributes=_clean(self._attributes, self._attrs)
-        )
-        return self._cm.__enter__()  # type: ignore[no-any-return]
+        # start_span + attach directly: about a third cheaper than start_as_current_span.
+        sp = tracer.start_span(self.name, attributes=_clean(self._attributes, self._attrs))
+        self._span = sp
+        self._token = context.attach(trace.set_span_in_context(sp))
+        return sp
 
-    def __exit__(self, *exc: Any) -> None:
-        cm, self._cm = self._cm, None
-        if cm is not None:
-            cm.__exit__(*exc)
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        sp, self._span = self._span, None
+        if sp is None:
+            return
+        if exc is not None:
+            sp.record_exception(exc)
+            sp.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+        sp.end()
+        context.detach(self._token)
 
     def __call__(self, fn: F) -> F:
         name, attributes, attrs = self.name, self._attributes, self._attrs
