@@ -60,8 +60,10 @@ def test_unused_api_is_cheap_silent_and_thread_safe(tmp_path: Path) -> None:
     stats = json.loads(out.stdout)
     # Before setup(): three calls per iteration cost microseconds, not an exporter's time.
     assert stats["off_us"] < 25, stats
-    assert stats["exported"] == 8 * 500 and stats["dropped"] == 0
+    # A burst from 8 threads may overrun the bounded queue: every span is exported or counted.
+    assert stats["exported"] + stats["dropped"] == 8 * 500 and stats["exported"] >= 2048, stats
     recs = [json.loads(x) for f in tmp_path.glob("*.jsonl") for x in f.read_text().splitlines()]
     assert not any(r.get("name") == "x" for r in recs)  # nothing recorded before set-up
+    assert sum(r.get("name") == "threaded" for r in recs) == stats["exported"]
     counts = [r for r in recs if r.get("name") == "test.c"][-1]["points"]
     assert sum(p["value"] for p in counts) == 8 * 500
