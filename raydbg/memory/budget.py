@@ -218,9 +218,10 @@ def killed_counts(task_ids: list[str]) -> dict[str, int]:
     return out
 
 
-def mark_killed(task_id_hex: str, kills: int, event_id: str) -> None:
-    """The monitor notes a kill so the next attempt can wait for memory (see gate.py)."""
-    value = {"kills": kills, "event": event_id, "ts": time.time()}
+def mark_killed(task_id_hex: str, kills: int, event_id: str, memory: int = 0) -> None:
+    """The monitor notes a kill (and how big the victim was) so the next attempt can wait
+    until that much fits again (see gate.py)."""
+    value = {"kills": kills, "event": event_id, "memory": memory, "ts": time.time()}
     _gcs().internal_kv_put(
         killed_key(task_id_hex).encode(), json.dumps(value).encode(), True, _NS, timeout=_TIMEOUT
     )

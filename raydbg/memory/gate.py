@@ -4,7 +4,8 @@ Why: a kill from outside Ray spends the task's `max_retries`, and Ray starts the
 attempt at once; without a pause the monitor kills the same growing task again and
 again until it fails for good. So, at the start of each normal task:
   * an attempt that follows a raydbg kill (KV `killed/...`, written by the monitor)
-    waits until node memory is under the low mark (threshold - margin);
+    waits until the memory its killed attempt held fits under the low mark
+    (threshold - margin) again: it would otherwise grow back and be killed again;
   * any attempt waits while the node is above the high mark (threshold - margin/2);
 both with exponential backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s).
 
@@ -45,24 +46,30 @@ def marks() -> tuple[float, float]:
     return thr - margin, thr - margin / 2
 
 
-def node_fraction() -> float:
+def node_memory() -> tuple[int, int]:
+    """(used, limit) of this worker's node, as the monitor measures it."""
     global _measurer
     if _measurer is None:
         _measurer = NodeMeasurer(psi=False)
-    return _measurer.read().fraction
+    n = _measurer.read()
+    return n.used, n.limit
 
 
-def wait_for_memory(
-    low: float,
+def fits(low: float, extra: int, read: Callable[[], tuple[int, int]] = node_memory) -> bool:
+    used, limit = read()
+    return used + extra < low * limit
+
+
+def wait_until(
+    ok: Callable[[], bool],
     max_hold_s: float,
-    fraction: Callable[[], float] = node_fraction,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> float:
-    """Sleep with backoff (0.1 s doubling to 2 s) until `fraction() < low`; seconds waited."""
+    """Sleep with backoff (0.1 s doubling to 2 s) until `ok()`; seconds waited."""
     start = clock()
     delay = 0.1
-    while fraction() >= low and clock() - start < max_hold_s:
+    while not ok() and clock() - start < max_hold_s:
         sleep(delay)
         delay = min(2.0, delay * 2)
     return clock() - start
@@ -98,16 +105,18 @@ def before_task() -> None:
 
                 killed = json.loads(next(iter(got.values())))
         if killed is not None:
+            room = int(killed.get("memory", 0))
             # One line in the task's log naming the event that explains the last kill.
             print(
                 f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
-                f"(event {killed.get('event')}); waiting for node memory under {low:.0%}",
+                f"(event {killed.get('event')}); waiting until {room >> 20} MiB fit under "
+                f"{low:.0%} of node memory",
                 file=sys.stderr,
                 flush=True,
             )
-            waited = wait_for_memory(low, max_hold)
-        elif node_fraction() >= high:
-            waited = wait_for_memory(low, max_hold)
+            waited = wait_until(lambda: fits(low, room), max_hold)
+        elif not fits(high, 0):
+            waited = wait_until(lambda: fits(low, 0), max_hold)
         else:
             return
         if waited > 0.05:

@@ -145,6 +145,7 @@ class MemoryMonitor:
         self.clock = clock
         self.on_kill = on_kill
         self.pending: dict[int, float] = {}  # victim pid -> kill time
+        self.event_ids: dict[int, str] = {}  # victim pid -> id of the event explaining it
         self.kills: dict[str, int] = {}  # task/actor id -> raydbg kills (burn-out guard)
         self.node_growth = Growth()
         self.proc_growth: dict[int, Growth] = {}
@@ -236,6 +237,7 @@ class MemoryMonitor:
         for pid, t in list(self.pending.items()):
             if not self.alive(pid):
                 del self.pending[pid]
+                self.event_ids.pop(pid, None)
             elif now - t > self.config.pending_timeout_s:
                 log.warning("raydbg memory monitor: victim %d did not exit in time", pid)
                 del self.pending[pid]
@@ -257,6 +259,9 @@ class MemoryMonitor:
         for v in d.victims:
             c = v.candidate
             reaction = now - self.crossed_at if self.crossed_at is not None else 0.0
+            # Built before the kill so the kill can name it (e.g. in the worker's log).
+            event = self._event(d, node, growth, cands, top, c, v.reason, round_id, reaction, dry)
+            self.event_ids[c.pid] = event["id"]
             if not dry:
                 try:
                     self.kill(c.pid)
@@ -273,7 +278,6 @@ class MemoryMonitor:
             if ident and not dry:
                 self.kills[ident] = self.kills.get(ident, 0) + 1
             self.stats["kills"] += 0 if dry else 1
-            event = self._event(d, node, growth, cands, top, c, v.reason, round_id, reaction, dry)
             self._metrics.kill(c.kind, dry, reaction, self.node_id)
             try:
                 self.record_event(event)
@@ -311,6 +315,8 @@ class MemoryMonitor:
             f"threshold {d.threshold_bytes / GiB:.2f} GiB ({d.trigger}); {reason}"
         )
         return {
+            "id": secrets.token_hex(4),
+            "ts": time.time(),
             "kind": "memory.kill" if not dry else "memory.dry-run",
             "node_id": self.node_id,
             "message": message,

@@ -3,9 +3,9 @@
 No Ray import and no I/O: the monitor builds a `Snapshot`, calls `decide`, kills.
 
 Preference (best victim first), by stage:
-  0  idle workers (no task lost) holding at least a tenth of the memory to free,
+  0  idle workers (no task lost), when together they free enough,
   1  retriable tasks,  2  restartable actors,
-  3  the other idle workers (killing them alone would not help, so not first),
+  3  idle workers otherwise (killing a few small ones would only add kills),
   4  non-retriable tasks,  5  non-restartable actors (unknown budget = none).
 Within a stage: never the last running task of a caller while the stage's other
 candidates can free enough; workers raydbg already killed go after fresh ones (their
@@ -128,10 +128,10 @@ def freed_by(c: Candidate, cfg: PolicyConfig) -> int:
     return c.memory + int(max(0.0, c.growth) * cfg.project_s)
 
 
-def stage(c: Candidate, small_cut: int = 0) -> int:
+def stage(c: Candidate, idle_first: bool = True) -> int:
     """Position in the preference order (see the module docstring)."""
     if c.kind == IDLE:
-        return 0 if c.memory >= small_cut else 3
+        return 0 if idle_first else 3
     return (1, 2, 4, 5)[c.tier - 1]
 
 
@@ -142,7 +142,7 @@ def _group_key(c: Candidate) -> str:
 def preference_order(
     candidates: tuple[Candidate, ...] | list[Candidate],
     chosen: frozenset[int] = frozenset(),
-    small_cut: int = 0,
+    idle_first: bool = True,
 ) -> list[Candidate]:
     """All candidates not in `chosen`, best victim first (see the module docstring)."""
     rest = [c for c in candidates if c.pid not in chosen]
@@ -160,9 +160,9 @@ def preference_order(
     def key(c: Candidate) -> tuple[object, ...]:
         g = (c.tier, _group_key(c))
         if c.kind == IDLE:  # idle: biggest first, nothing else matters
-            return (stage(c, small_cut), False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
+            return (stage(c, idle_first), False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
         return (
-            stage(c, small_cut),
+            stage(c, idle_first),
             last_of_caller(c),
             c.prior_kills > 0,
             -group_size[g],
@@ -192,7 +192,7 @@ def _reason(
 ) -> str:
     parts = [TIER_NAMES[c.tier]]
     if c.kind == IDLE and small:
-        parts.append("holds little, so taken only after retriable tasks and actors")
+        parts.append("idle workers together free too little, so taken after retriable work")
     if c.kind != IDLE:
         if c.retries_left is None:
             parts.append("retry budget unknown, treated as none")
@@ -238,8 +238,8 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
         )  # fmt: skip
     projected = snap.used + int(max(0.0, snap.growth) * cfg.project_s)
     need = max(1, projected - target)
-    small_cut = need // 10
-    order_all = preference_order(snap.candidates, small_cut=small_cut)
+    idle_first = sum(freed_by(c, cfg) for c in snap.candidates if c.kind == IDLE) >= need
+    order_all = preference_order(snap.candidates, idle_first=idle_first)
     if not order_all:
         return Decision(
             "nothing-to-kill", trig, thr, target, need, message="no killable worker on this node"
@@ -248,7 +248,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
     chosen: set[int] = set()
     need_left = need
     while need_left > 0:
-        order = preference_order(snap.candidates, frozenset(chosen), small_cut)
+        order = preference_order(snap.candidates, frozenset(chosen), idle_first)
         if not order:
             break
         alive: Counter[str] = Counter(
@@ -259,8 +259,8 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             return c.kind != IDLE and c.owner is not None and alive[c.owner] <= 1
 
         head = order[0]
-        st = stage(head, small_cut)
-        tier = [c for c in order if stage(c, small_cut) == st]
+        st = stage(head, idle_first)
+        tier = [c for c in order if stage(c, idle_first) == st]
         nonlast = [c for c in tier if not is_last(c)]
         # A caller's last running task is spared while the others can free enough.
         enough = sum(freed_by(c, cfg) for c in nonlast) >= need_left
@@ -268,7 +268,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
         cover = [c for c in pool if freed_by(c, cfg) >= need_left]
         pick = cover[0] if cover else pool[0]
         freed = freed_by(pick, cfg)
-        better = sum(1 for v in victims if stage(v.candidate, small_cut) < st)
+        better = sum(1 for v in victims if stage(v.candidate, idle_first) < st)
         small = pick.kind == IDLE and st == 3
         reason = _reason(pick, tier, bool(cover), need_left, freed, is_last(pick), better, small)
         victims.append(Victim(pick, reason, freed))

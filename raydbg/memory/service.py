@@ -79,17 +79,18 @@ class Recorder:
         self.budget = budget
 
     def record_event(self, event: dict[str, Any]) -> None:
-        rec = self.registry.record_event(
-            event["kind"], event["message"], event.get("node_id", ""), **event["details"]
-        )
-        event["id"], event["ts"] = rec["id"], rec["ts"]
+        # Same record and key as registry.record_event, with the id the monitor chose.
+        key = f"{self.registry.EVENT}{int(event['ts'] * 1000):015d}-{event['id']}"
+        self.registry.put(key, event)
 
     def on_kill(self, victim: Candidate, event: dict[str, Any]) -> None:
         if event["kind"] != "memory.kill":
             return
         ident = victim.task_id or victim.actor_id
         if ident:
-            self.budget.mark_killed(ident, victim.prior_kills + 1, event.get("id", ""))
+            self.budget.mark_killed(
+                ident, victim.prior_kills + 1, event.get("id", ""), victim.memory
+            )
 
 
 def build(
@@ -121,11 +122,14 @@ def build(
     rec = Recorder(registry, budget)
 
     def kill(pid: int) -> None:
-        worker_log_line(pid, "raydbg: killed by raydbg's memory monitor; see `raydbg events`")
+        ev = mon.event_ids.get(pid, "?")
+        worker_log_line(
+            pid, f"raydbg: killed by raydbg's memory monitor (event {ev}): `raydbg events`"
+        )
         os.kill(pid, signal.SIGKILL)
 
     measurer = NodeMeasurer(cgroup_dir=Path(cgroup_dir) if cgroup_dir else None)
-    return MemoryMonitor(
+    mon = MemoryMonitor(
         who,
         kill=kill,
         record_event=rec.record_event,
@@ -134,6 +138,7 @@ def build(
         node_id=node_id,
         on_kill=rec.on_kill,
     )
+    return mon
 
 
 def _status_loop(mon: MemoryMonitor, node_id: str, stop: threading.Event) -> None:

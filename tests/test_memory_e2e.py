@@ -1,0 +1,53 @@
+"""Real: a Ray node in a memory-limited child cgroup; raydbg kills the right worker before the kernel does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from raydbg.memory.sandbox import ChildCgroup, SandboxError
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import memory_pressure  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
+
+
+def _can_sandbox() -> str | None:
+    try:
+        ChildCgroup(64 << 20).destroy()
+    except (SandboxError, OSError) as e:
+        return f"no writable memory cgroup here ({e}); see DEVELOPERS.md"
+    return None
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="cgroups are Linux-only")
+def test_raydbg_kills_newest_retriable_task_before_the_kernel() -> None:
+    why = _can_sandbox()
+    if why:
+        pytest.skip(why)
+    # Node: ~0.6 GiB Ray + 0.3 GiB non-restartable actor; two 0.9 GiB tasks fit, three do not.
+    sc = memory_pressure.Scenario(
+        limit_mb=3400, tasks=3, peak_mb=900, rate_mb_s=300, hold_s=1.0, stagger_s=0.6,
+        zero_retry=[1], actor_mb=300,
+    )  # fmt: skip
+    r = memory_pressure.run("raydbg", sc, timeout=120)
+    assert "results" in r, r.get("driver_tail")
+    assert r["kernel_oom_kills"] == 0
+    assert [x["status"] for x in r["results"]] == ["ok", "ok", "ok"]
+    assert r["actor_alive"] and r["raylet_alive"] and r["gcs_alive"]
+    by_i = {x["i"]: x for x in r["results"]}
+    assert by_i[1]["attempt"] == 0  # the max_retries=0 call of the same function was spared
+    assert by_i[2]["attempt"] >= 1  # the newest retriable task was killed and retried
+    assert r["raydbg_kills"] >= 1
+    first = min(r["events"], key=lambda e: e["ts"])
+    d = first["details"]
+    assert d["victim"]["kind"] == "task" and d["victim"]["retriable"]
+    assert d["victim"]["name"] == "grow" and d["victim"]["retries_left"] == 3
+    assert d["limit"] == sc.limit_mb << 20 and d["used"] >= 0.8 * d["limit"]
+    assert {c["kind"] for c in d["candidates"]} >= {"task", "actor"}
+    assert any(not c["retriable"] for c in d["candidates"])  # the actor and the zero-retry call
+    assert len(d["top_consumers"]) == 10 and "retriable task" in d["victim"]["reason"]
+    assert any("memory-monitor kill (event" in ln for ln in r["raydbg_lines"])
