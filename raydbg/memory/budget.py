@@ -67,7 +67,7 @@ def effective_max_retries(task_options: dict[str, Any]) -> int:
     value = task_options.get("max_retries")
     if value is not None:
         return int(value)
-    from ray._private import ray_option_utils  # type: ignore[attr-defined]
+    from ray._common import ray_option_utils
 
     default = ray_option_utils.task_options["max_retries"].default_value
     return int(os.environ.get("RAY_TASK_MAX_RETRIES", default))

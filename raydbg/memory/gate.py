@@ -55,8 +55,8 @@ def node_memory() -> tuple[int, int]:
     return n.used, n.limit
 
 
-def fits(low: float, extra: int, read: Callable[[], tuple[int, int]] = node_memory) -> bool:
-    used, limit = read()
+def fits(low: float, extra: int, read: Callable[[], tuple[int, int]] | None = None) -> bool:
+    used, limit = (read or node_memory)()
     return used + extra < low * limit
 
 

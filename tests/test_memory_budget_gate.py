@@ -1,0 +1,287 @@
+"""Retry budgets (submit side), the start gate and the service's helpers, without a cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raydbg.memory import budget, gate, service
+from raydbg.memory.policy import Candidate
+
+GiB = 1 << 30
+
+
+class FakeGcs:
+    """The GcsClient KV calls budget.py makes."""
+
+    def __init__(self) -> None:
+        self.kv: dict[tuple[bytes, bytes], bytes] = {}
+
+    def internal_kv_put(
+        self, k: bytes, v: bytes, overwrite: bool, ns: bytes, timeout: float = 0
+    ) -> int:
+        self.kv[(ns, k)] = v
+        return 1
+
+    def internal_kv_multi_get(
+        self, keys: list[bytes], ns: bytes, timeout: float = 0
+    ) -> dict[bytes, bytes]:
+        return {k: self.kv[(ns, k)] for k in keys if (ns, k) in self.kv}
+
+    def internal_kv_del(self, k: bytes, by_prefix: bool, ns: bytes, timeout: float = 0) -> int:
+        gone = [
+            key
+            for key in self.kv
+            if key[0] == ns and (key[1].startswith(k) if by_prefix else key[1] == k)
+        ]
+        for key in gone:
+            del self.kv[key]
+        return len(gone)
+
+
+@pytest.fixture
+def gcs() -> Any:
+    fake = FakeGcs()
+    budget.use_client(fake)
+    yield fake
+    budget.use_client(None)
+
+
+TID = "c2668a65bda616c1ffffffffffffffffffffffff01000000"
+
+
+def test_keys_group_by_job() -> None:
+    assert budget.key(TID) == f"budget/01000000/{TID}"
+    assert budget.killed_key(TID) == f"killed/01000000/{TID}"
+
+
+def test_record_flush_lookup_and_prune(gcs: FakeGcs) -> None:
+    budget.record(TID, 0, "mod.f", "parent")
+    assert budget.flush(5)
+    got = budget.lookup([TID, "00" * 24])
+    assert list(got) == [TID] and got[TID]["max_retries"] == 0 and got[TID]["parent"] == "parent"
+    budget.mark_killed(TID, 2, "ev1", memory=GiB)
+    assert budget.killed_counts([TID]) == {TID: 2}
+    budget.prune_job("01000000")
+    assert budget.lookup([TID]) == {} and budget.killed_counts([TID]) == {}
+
+
+def test_effective_max_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert budget.effective_max_retries({"max_retries": 0}) == 0
+    assert budget.effective_max_retries({"max_retries": -1}) == -1
+    monkeypatch.setenv("RAY_TASK_MAX_RETRIES", "7")
+    assert budget.effective_max_retries({}) == 7
+    monkeypatch.delenv("RAY_TASK_MAX_RETRIES")
+    from ray._common import ray_option_utils
+
+    assert budget.effective_max_retries({"max_retries": None}) == int(
+        ray_option_utils.task_options["max_retries"].default_value
+    )
+
+
+class _Tid:
+    def __init__(self, h: str) -> None:
+        self.h = h
+
+    def hex(self) -> str:
+        return self.h
+
+
+class _Ref:
+    def __init__(self, h: str) -> None:
+        self._h = h
+
+    def task_id(self) -> _Tid:
+        return _Tid(self._h)
+
+
+class _Gen:
+    def __init__(self, h: str) -> None:
+        self._generator_ref = _Ref(h)
+
+
+def test_task_id_of_shapes() -> None:
+    assert budget.task_id_of(_Ref("aa")) == "aa"
+    assert budget.task_id_of([_Ref("bb"), _Ref("bb")]) == "bb"
+    assert budget.task_id_of(_Gen("cc")) == "cc"
+    assert budget.task_id_of(None) is None and budget.task_id_of([]) is None
+
+
+def test_submit_hook_wraps_and_records(gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray.remote_function import RemoteFunction
+
+    orig = RemoteFunction._remote
+    calls: list[dict[str, Any]] = []
+
+    def fake_remote(
+        self: Any,
+        args: Any = None,
+        kwargs: Any = None,
+        serialized_runtime_env_info: Any = None,
+        **opts: Any,
+    ) -> Any:
+        calls.append(opts)
+        return _Ref(TID)
+
+    monkeypatch.setattr(RemoteFunction, "_remote", fake_remote)
+    try:
+        assert budget.install_submit_hook() and budget.install_submit_hook()  # idempotent
+        fn = RemoteFunction.__new__(RemoteFunction)
+        fn._function_name = "mod.grow"  # type: ignore[attr-defined]
+        ref = RemoteFunction._remote(fn, args=[1], kwargs={}, max_retries=0, name=None)
+        assert ref.task_id().hex() == TID and calls == [{"max_retries": 0, "name": None}]
+        assert budget.flush(5)
+        rec = budget.lookup([TID])[TID]
+        assert rec["max_retries"] == 0 and rec["name"] == "mod.grow"
+        budget.uninstall_submit_hook()
+        assert RemoteFunction._remote is fake_remote
+    finally:
+        monkeypatch.setattr(RemoteFunction, "_remote", orig)
+
+
+def test_wait_until_backs_off_and_gives_up() -> None:
+    t = [0.0]
+    sleeps: list[float] = []
+
+    def sleep(d: float) -> None:
+        sleeps.append(d)
+        t[0] += d
+
+    waited = gate.wait_until(lambda: False, 5.0, sleep=sleep, clock=lambda: t[0])
+    assert sleeps[:5] == [0.1, 0.2, 0.4, 0.8, 1.6] and max(sleeps) == 2.0
+    assert 5.0 <= waited < 7.1
+    assert gate.wait_until(lambda: True, 5.0, sleep=sleep, clock=lambda: t[0]) == 0.0
+
+
+def test_fits() -> None:
+    assert gate.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
+    assert not gate.fits(0.85, 2 * GiB, lambda: (2 * GiB, 4 * GiB))
+
+
+def test_before_task_holds_a_retry_after_a_raydbg_kill(
+    monkeypatch: pytest.MonkeyPatch, gcs: FakeGcs, capsys: pytest.CaptureFixture[str]
+) -> None:
+    budget.mark_killed(TID, 1, "ev42", memory=GiB)
+    monkeypatch.setattr(gate, "_current", lambda: (TID, 1))
+    used = [int(3.2 * GiB)]
+    monkeypatch.setattr(gate, "node_memory", lambda: (used[0], 4 * GiB))
+    waits: list[float] = []
+
+    def fake_wait(ok: Any, max_hold: float, **kw: Any) -> float:
+        assert not ok()  # 3.2 + 1 GiB does not fit under 85% of 4 GiB
+        used[0] = 2 * GiB
+        assert ok()  # 2 + 1 fits
+        waits.append(max_hold)
+        return 1.5
+
+    monkeypatch.setattr(gate, "wait_until", fake_wait)
+    gate.before_task()
+    err = capsys.readouterr().err
+    assert waits == [60.0] and "event ev42" in err and "held 1.5s" in err
+
+
+def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    monkeypatch.setattr(gate, "node_memory", lambda: (GiB, 4 * GiB))
+    monkeypatch.setattr(gate, "wait_until", lambda *a, **k: pytest.fail("held"))
+    gate.before_task()
+    monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "off")
+    monkeypatch.setattr(gate, "_current", lambda: pytest.fail("gate ran while off"))
+    gate.before_task()
+
+
+def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ray._private.function_manager import FunctionActorManager, FunctionExecutionInfo
+
+    def plain() -> int:
+        return 1
+
+    async def coro() -> int:
+        return 2
+
+    class Desc:
+        def __init__(self, kind: str) -> None:
+            self.kind = kind
+
+        def is_actor_method(self) -> bool:
+            return self.kind == "actor"
+
+    infos = {
+        "task": FunctionExecutionInfo(plain, "plain", 0),
+        "actor": FunctionExecutionInfo(plain, "A.m", 0),
+        "async": FunctionExecutionInfo(coro, "coro", 0),
+    }
+    monkeypatch.setattr(
+        FunctionActorManager, "get_execution_info", lambda self, job, d: infos[d.kind]
+    )
+    ran: list[int] = []
+    monkeypatch.setattr(gate, "before_task", lambda: ran.append(1))
+    assert gate.install_worker_gate() and gate.install_worker_gate()  # idempotent
+    mgr = FunctionActorManager.__new__(FunctionActorManager)
+    got = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))
+    assert got.function is not plain and got.function() == 1 and ran == [1]
+    again = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))
+    assert again.function is got.function  # wrapped once, cached
+    assert FunctionActorManager.get_execution_info(mgr, None, Desc("actor")).function is plain
+    assert FunctionActorManager.get_execution_info(mgr, None, Desc("async")).function is coro
+
+
+def test_lower_oom_score(tmp_path: Path) -> None:
+    (tmp_path / "oom_score_adj").write_text("1000")
+    assert service.lower_oom_score(tmp_path) == -1000
+    real = service.lower_oom_score()  # -1000 with CAP_SYS_RESOURCE, else the lowest allowed
+    assert real <= 0 and int(Path("/proc/self/oom_score_adj").read_text()) == real
+
+
+def test_worker_log_line_appends_to_the_workers_stderr_file(tmp_path: Path) -> None:
+    log = tmp_path / "worker-abc-01000000-1.err"
+    with open(log, "w") as err:
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], stderr=err)
+    try:
+        assert service.worker_log_line(p.pid, "raydbg: killed (event e1)")
+        assert log.read_text() == "raydbg: killed (event e1)\n"
+        assert not service.worker_log_line(os.getpid() + 10_000_000, "x")
+    finally:
+        p.kill()
+        p.wait()
+
+
+def test_recorder_writes_event_with_monitor_id_and_marks_kill() -> None:
+    class Reg:
+        EVENT = "event/"
+
+        def __init__(self) -> None:
+            self.puts: dict[str, Any] = {}
+
+        def put(self, key: str, value: Any) -> None:
+            self.puts[key] = value
+
+    class Bud:
+        marked: list[tuple[Any, ...]] = []
+
+        def mark_killed(self, *a: Any) -> None:
+            self.marked.append(a)
+
+    reg, bud = Reg(), Bud()
+    rec = service.Recorder(reg, bud)
+    ev = {
+        "id": "ab12",
+        "ts": 1700000000.5,
+        "kind": "memory.kill",
+        "node_id": "n",
+        "message": "m",
+        "details": {},
+    }
+    rec.record_event(ev)
+    assert list(reg.puts) == ["event/001700000000500-ab12"] and json.dumps(
+        reg.puts["event/001700000000500-ab12"]
+    )
+    rec.on_kill(Candidate(pid=1, memory=GiB, task_id="t1", prior_kills=1), ev)
+    rec.on_kill(Candidate(pid=2, memory=GiB, task_id="t2"), {**ev, "kind": "memory.dry-run"})
+    assert bud.marked == [("t1", 2, "ab12", GiB)]
