@@ -135,6 +135,8 @@ DRIVER = textwrap.dedent(
     print(json.dumps({"pid": pid, "session": session}), flush=True)
     sys.stdin.readline()  # the test says when it has seen every span
     ray.shutdown()
+    with tm.span("test.driver.after_shutdown"):  # still goes to the session's files
+        pass
     """
 )
 
@@ -219,4 +221,9 @@ def test_spans_cross_ray_task_boundary(receiver: Receiver, tmp_path: Path) -> No
     assert worker_file.exists(), list(tdir.iterdir()) if tdir.exists() else tdir
     recs = [json.loads(x) for x in worker_file.read_text().splitlines()]
     assert any(r.get("name") == "test.task.child" for r in recs)
-    assert any(p.name.startswith("driver-") for p in tdir.iterdir())
+    driver_files = [
+        p for p in tdir.iterdir() if p.name.startswith("driver-") and p.suffix == ".jsonl"
+    ]
+    assert len(driver_files) == 1
+    names = {json.loads(x).get("name") for x in driver_files[0].read_text().splitlines()}
+    assert {"test.driver.parent", "test.driver.after_shutdown"} <= names

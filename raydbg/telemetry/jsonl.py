@@ -117,13 +117,15 @@ class JsonlFile:
     def __init__(
         self,
         basename: str,
-        resolve_dir: Callable[[], str],
+        resolve_dir: Callable[[], str | None],
+        fallback_dir: str,
         resource: dict[str, Any],
         max_bytes: int = 32 * 1024 * 1024,
         backups: int = 3,
     ) -> None:
         self.basename = basename
         self._resolve_dir = resolve_dir
+        self.fallback_dir = fallback_dir
         self.resource = resource
         self.max_bytes = max_bytes
         self.backups = backups
@@ -134,7 +136,17 @@ class JsonlFile:
 
     def current_path(self) -> str:
         """The file written now, or the one the next write will open."""
-        return self.path or os.path.join(self._resolve_dir(), self.basename)
+        return self.path or os.path.join(self._directory(), self.basename)
+
+    def _directory(self) -> str:
+        # The session dir once Ray is connected; before that the fallback; after
+        # ray.shutdown() the last one used, so a process's tail stays with its session.
+        found = self._resolve_dir()
+        if found:
+            return found
+        if self.path is not None:
+            return os.path.dirname(self.path)
+        return self.fallback_dir
 
     def _open(self, directory: str) -> None:
         if self._fh is not None:
@@ -163,7 +175,7 @@ class JsonlFile:
 
     def write(self, records: Sequence[dict[str, Any]]) -> None:
         with self._lock:
-            directory = self._resolve_dir()
+            directory = self._directory()
             # Ray may connect after set-up: move from the temp dir to the session dir then.
             if self._fh is None or self.path is None or os.path.dirname(self.path) != directory:
                 self._open(directory)

@@ -126,7 +126,8 @@ def build(plan: Plan, kind: str) -> State:
         if built.jsonl is None:
             built.jsonl = JsonlFile(
                 f"{kind}-{os.getpid()}.jsonl",
-                lambda: raycontext.telemetry_dir(plan.jsonl_dir),
+                lambda: raycontext.session_telemetry_dir(plan.jsonl_dir),
+                raycontext.fallback_dir(),
                 dict(resource.attributes),
                 plan.jsonl_max_bytes,
                 plan.jsonl_backups,

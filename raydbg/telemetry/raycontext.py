@@ -62,15 +62,22 @@ def session_dir() -> str | None:
         return None
 
 
-def telemetry_dir(override: str | None = None) -> str:
-    """Where the embedded JSON lines go: override, else `<session>/raydbg/telemetry`, else tmp."""
+def session_telemetry_dir(override: str | None = None) -> str | None:
+    """`override`, else `<session>/raydbg/telemetry` of the connected cluster, else None."""
     if override:
         return override
     session = session_dir()
-    if session:
-        return os.path.join(session, "raydbg", "telemetry")
+    return os.path.join(session, "raydbg", "telemetry") if session else None
+
+
+def fallback_dir() -> str:
     # Not <tmp>/raydbg/...: a `raydbg` folder in the cwd would shadow the package.
     return os.path.join(tempfile.gettempdir(), "raydbg-telemetry")
+
+
+def telemetry_dir(override: str | None = None) -> str:
+    """Where the embedded JSON lines go: override, else the session's, else a temp dir."""
+    return session_telemetry_dir(override) or fallback_dir()
 
 
 def static_attributes() -> dict[str, str]:
