@@ -9,7 +9,7 @@
 import * as net from "node:net";
 import WebSocket from "ws";
 
-export type ForwarderErrorReason = "auth" | "notFound" | "debuggee" | "unreachable" | "protocol";
+export type ForwarderErrorReason = "auth" | "notFound" | "busy" | "debuggee" | "unreachable" | "protocol";
 
 export class ForwarderError extends Error {
   constructor(
@@ -40,6 +40,8 @@ export function closeCodeError(code: number, reason: string, url: string): Forwa
       return new ForwarderError(`raydbg gateway rejected the token for ${url}${why}; set the right token with 'Ray: Set Cluster Token'`, "auth");
     case 4404:
       return new ForwarderError(`raydbg has no such paused session (${url})${why}; it may have resumed or ended`, "notFound");
+    case 4409:
+      return new ForwarderError(`another debugger is already attached to this paused worker${why}`, "busy");
     case 4502:
       return new ForwarderError(`the paused worker cannot be reached from its node's raydbg agent${why}`, "debuggee");
     default:
@@ -47,12 +49,22 @@ export function closeCodeError(code: number, reason: string, url: string): Forwa
   }
 }
 
-function upgradeError(status: number, url: string): ForwarderError {
-  if (status === 401 || status === 403) {
-    return new ForwarderError(`raydbg gateway rejected the token (HTTP ${status}) for ${url}; set the right token with 'Ray: Set Cluster Token'`, "auth");
+/** The gateway refused the upgrade with an HTTP status and (usually) `{"error": ...}`. */
+export function upgradeError(status: number, body: string, url: string): ForwarderError {
+  let detail = body.trim().slice(0, 300);
+  try {
+    const v = JSON.parse(body) as { error?: unknown };
+    if (typeof v.error === "string") detail = v.error;
+  } catch {
+    /* plain-text body: keep it */
   }
-  if (status === 404) return new ForwarderError(`raydbg gateway has no such session (HTTP 404) for ${url}; it may have resumed`, "notFound");
-  return new ForwarderError(`raydbg gateway refused the DAP relay for ${url} (HTTP ${status})`, "protocol");
+  const why = detail ? ` (${detail})` : "";
+  if (status === 401 || status === 403) {
+    return new ForwarderError(`raydbg gateway rejected the token (HTTP ${status}) for ${url}${why}; set the right token with 'Ray: Set Cluster Token'`, "auth");
+  }
+  if (status === 404) return new ForwarderError(`raydbg gateway has no such session (HTTP 404) for ${url}${why}; it may have resumed`, "notFound");
+  if (status === 409) return new ForwarderError(`raydbg cannot attach yet (HTTP 409)${why}`, "busy");
+  return new ForwarderError(`raydbg gateway refused the DAP relay for ${url} (HTTP ${status})${why}`, "protocol");
 }
 
 // Pause the TCP side while this much is queued toward the gateway.
@@ -76,14 +88,14 @@ export class Forwarder {
       server.once("error", reject);
       server.listen(opts.port ?? 0, "127.0.0.1", () => {
         server.off("error", reject);
+        fwd.port = (server.address() as net.AddressInfo).port;
         resolve(fwd);
       });
     });
   }
 
-  get port(): number {
-    return (this.server.address() as net.AddressInfo).port;
-  }
+  /** The local port (kept after close() so callers can still log it). */
+  port = 0;
 
   /** Connections currently relayed. */
   get connections(): number {
@@ -116,10 +128,20 @@ export class Forwarder {
     };
 
     ws.on("unexpected-response", (req, res) => {
-      report(upgradeError(res.statusCode ?? 0, url));
-      res.resume();
-      req.destroy();
-      sock.destroy();
+      const chunks: Buffer[] = [];
+      let size = 0;
+      const done = () => {
+        report(upgradeError(res.statusCode ?? 0, Buffer.concat(chunks).toString("utf8"), url));
+        req.destroy();
+        sock.destroy();
+        this.pairs.delete(pair);
+      };
+      res.on("data", (c: Buffer) => {
+        size += c.length;
+        if (size <= 4096) chunks.push(c);
+      });
+      res.on("end", done);
+      res.on("error", done);
     });
     ws.on("open", () => {
       sock.on("data", (chunk: Buffer) => {

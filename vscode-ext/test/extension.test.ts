@@ -1,0 +1,167 @@
+/**
+ * Activates the real extension against a stubbed `vscode` module and a real fake gateway:
+ * the view, the commands, the status bar, and Attach -> startDebugging -> forwarder.
+ */
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import * as net from "node:net";
+import { join } from "node:path";
+import { after, before, test } from "node:test";
+import type { RaydbgApi } from "../src/extension";
+import type { ViewItem } from "../src/treeModel";
+import { FakeGateway, record, waitFor } from "./helpers/fakeGateway";
+import { installVscode, makeVscodeStub } from "./helpers/vscodeStub";
+
+interface PackageJson {
+  activationEvents: string[];
+  main: string;
+  contributes: {
+    commands: { command: string }[];
+    views: Record<string, { id: string }[]>;
+    viewsContainers: { activitybar: { id: string }[] };
+    menus: Record<string, { command: string; when?: string }[]>;
+    configuration: { properties: Record<string, unknown> };
+  };
+}
+const pkg = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8")) as PackageJson;
+
+let gw: FakeGateway;
+let stub: ReturnType<typeof makeVscodeStub>;
+let api: RaydbgApi;
+
+before(async () => {
+  gw = await new FakeGateway({ sessions: [record({ id: "s1", cwd: "/srv/job" })] }).listen();
+  stub = makeVscodeStub({
+    folder: "/home/me/proj",
+    config: { "raydbg.clusters": [{ name: "local", address: gw.address }], "raydbg.refreshInterval": 1 },
+    secrets: { "raydbg.token.local": "s3cret" },
+  });
+  installVscode(stub.vscode);
+  const ext = await import("../src/extension");
+  api = ext.activate(stub.context as never);
+});
+
+after(async () => {
+  for (const d of stub.context.subscriptions) await d.dispose();
+  await gw.close();
+});
+
+function sessionItems(): ViewItem[] {
+  const out: ViewItem[] = [];
+  const walk = (items: readonly ViewItem[]) => items.forEach((i) => (i.session && out.push(i), walk(i.children ?? [])));
+  walk(api.provider.items);
+  return out;
+}
+
+test("package.json: main is the compiled entry, view and container exist", () => {
+  assert.equal(pkg.main, "./out/src/extension.js");
+  assert.deepEqual(pkg.contributes.viewsContainers.activitybar.map((c) => c.id), ["raydbg"]);
+  assert.deepEqual(pkg.contributes.views.raydbg.map((v) => v.id), ["raydbg.sessions"]);
+  assert.ok(pkg.activationEvents.includes("onView:raydbg.sessions"));
+  for (const k of ["raydbg.clusters", "raydbg.refreshInterval", "raydbg.pathMappings"]) assert.ok(k in pkg.contributes.configuration.properties, k);
+});
+
+test("activation registers the view and exactly the contributed commands", () => {
+  assert.deepEqual(stub.rec.views.map((v) => v.id), ["raydbg.sessions"]);
+  const contributed = pkg.contributes.commands.map((c) => c.command).sort();
+  assert.deepEqual([...stub.rec.commands.keys()].sort(), contributed);
+  // Every menu entry points at a contributed command.
+  for (const entries of Object.values(pkg.contributes.menus)) for (const e of entries) assert.ok(contributed.includes(e.command), e.command);
+});
+
+test("menus match the contextValues the tree model gives items", async () => {
+  await waitFor(() => sessionItems().length === 1, 5000, "session in the view");
+  const item = api.provider.getTreeItem(sessionItems()[0]) as unknown as { contextValue: string; description: string; label: string };
+  assert.equal(item.label, "train_step");
+  assert.equal(item.description, "train.py:17 · breakpoint");
+  const attachWhen = pkg.contributes.menus["view/item/context"].filter((m) => m.command === "raydbg.attach").map((m) => m.when ?? "");
+  assert.ok(attachWhen.length > 0 && attachWhen.every((w) => w.includes(`viewItem == ${item.contextValue}`)), attachWhen.join(" | "));
+  assert.deepEqual(stub.rec.statusBar, { text: "$(debug-pause) 1 paused", visible: true, command: "raydbg.sessions.focus" });
+});
+
+test("Attach starts a forwarder and calls startDebugging with the debugpy attach config", async () => {
+  await waitFor(() => sessionItems().length === 1, 5000, "session in the view");
+  const ok = await stub.rec.commands.get("raydbg.attach")?.(sessionItems()[0]);
+  assert.equal(ok, true);
+  assert.equal(stub.rec.started.length, 1);
+  const { folder, config } = stub.rec.started[0];
+  assert.deepEqual(folder, { uri: { fsPath: "/home/me/proj" }, name: "ws", index: 0 });
+  const port = (config.connect as { port: number }).port;
+  assert.deepEqual(config, {
+    type: "debugpy",
+    request: "attach",
+    name: "Ray: train_step (s1)",
+    connect: { host: "127.0.0.1", port },
+    pathMappings: [{ localRoot: "/home/me/proj", remoteRoot: "/srv/job" }],
+    justMyCode: false,
+    raydbgSessionId: "s1",
+    raydbgCluster: "local",
+  });
+  // The port relays to the gateway's DAP endpoint for s1 (the fake gateway echoes).
+  const sock = net.connect(port, "127.0.0.1");
+  sock.write("ping");
+  const echoed = await new Promise<string>((r) => sock.once("data", (d: Buffer) => r(d.toString())));
+  assert.equal(echoed, "ping");
+  assert.equal(gw.upgrades.at(-1)?.url, "/api/v1/sessions/s1/dap");
+  sock.destroy();
+  // A second Attach of the same session is refused while the first is alive.
+  assert.equal(await stub.rec.commands.get("raydbg.attach")?.(sessionItems()[0]), false);
+  // Ending the debug session stops the forwarder.
+  stub.debugTerminated.fire({ configuration: config });
+  await waitFor(() => api.attached.size === 0, 3000, "forwarder released");
+  await new Promise<void>((resolve, reject) => {
+    const s = net.connect(port, "127.0.0.1");
+    s.on("connect", () => reject(new Error("forwarder still listening")));
+    s.on("error", () => resolve());
+  });
+});
+
+test("a new pause shows a notification with an Attach button", async () => {
+  gw.setSessions([record({ id: "s1", cwd: "/srv/job" }), record({ id: "s2", task_name: "load_batch", line: 99 })]);
+  await waitFor(() => stub.rec.messages.some((m) => m.text.includes("load_batch")), 5000, "notification");
+  const m = stub.rec.messages.find((x) => x.text.includes("load_batch"));
+  assert.equal(m?.text, `Ray: load_batch paused (train.py:99 · breakpoint) on local.`);
+  assert.deepEqual(m?.items, ["Attach", "Show"]);
+  assert.equal(stub.rec.statusBar.text, "$(debug-pause) 2 paused");
+});
+
+test("Copy launch.json snippet puts a debugpy config on the clipboard", async () => {
+  await stub.rec.commands.get("raydbg.copyLaunchConfig")?.(sessionItems()[0]);
+  assert.match(stub.rec.clipboard.at(-1) ?? "", /^\/\/ First run: raydbg forward s1 --port 5678 --address 127\.0\.0\.1:\d+\n\{/);
+});
+
+test("Add Cluster stores the token in secret storage and the cluster in settings; a wrong token shows in the view", async () => {
+  stub.rec.inputs.push(gw.address, "other", "wrong-token");
+  await stub.rec.commands.get("raydbg.addCluster")?.();
+  assert.equal(stub.secrets.get("raydbg.token.other"), "wrong-token");
+  assert.deepEqual(stub.rec.configUpdates.at(-1), {
+    key: "raydbg.clusters",
+    value: [{ name: "local", address: gw.address }, { name: "other", address: gw.address }],
+    target: 1,
+  });
+  await waitFor(() => /rejected the token/.test(api.provider.items.find((i) => i.label === "other")?.children?.[0]?.label ?? ""), 5000, "auth error item");
+  // Fixing the token reconnects that cluster.
+  stub.rec.inputs.push("s3cret");
+  await stub.rec.commands.get("raydbg.setToken")?.({ cluster: "other" });
+  await waitFor(() => api.provider.items.find((i) => i.label === "other")?.children?.[0]?.label === "Job 01000000", 5000, "reconnected with the right token");
+});
+
+test("Rename and Remove Cluster edit settings and move/delete the secret", async () => {
+  stub.rec.inputs.push("renamed");
+  await stub.rec.commands.get("raydbg.renameCluster")?.({ cluster: "other" });
+  assert.equal(stub.secrets.get("raydbg.token.renamed"), "s3cret");
+  assert.equal(stub.secrets.has("raydbg.token.other"), false);
+  assert.deepEqual((stub.config["raydbg.clusters"] as { name: string }[]).map((c) => c.name), ["local", "renamed"]);
+  // Remove asks for confirmation; the stub answers the modal with "Remove".
+  const win = stub.vscode.window as unknown as { showWarningMessage: (...a: unknown[]) => Promise<unknown> };
+  const orig = win.showWarningMessage;
+  win.showWarningMessage = () => Promise.resolve("Remove");
+  try {
+    await stub.rec.commands.get("raydbg.removeCluster")?.({ cluster: "renamed" });
+  } finally {
+    win.showWarningMessage = orig;
+  }
+  assert.deepEqual((stub.config["raydbg.clusters"] as { name: string }[]).map((c) => c.name), ["local"]);
+  assert.equal(stub.secrets.has("raydbg.token.renamed"), false);
+  assert.deepEqual(api.provider.items.map((i) => i.label), ["local"]);
+});

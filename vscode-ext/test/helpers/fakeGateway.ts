@@ -1,0 +1,163 @@
+/**
+ * A small real gateway for tests: node http + ws speaking the wire contract of
+ * docs/architecture.md (bearer auth, sessions JSON, SSE stream, DAP relay upgrade).
+ * The relay side echoes or scripts bytes, standing in for debugpy behind the agent.
+ */
+import * as http from "node:http";
+import * as net from "node:net";
+import { AddressInfo } from "node:net";
+import WebSocket, { WebSocketServer } from "ws";
+
+export interface UpgradeSeen {
+  url: string;
+  headers: http.IncomingHttpHeaders;
+}
+
+export interface FakeGatewayOptions {
+  token?: string;
+  /** Body of GET /api/v1/sessions, sent verbatim when a string. */
+  sessions?: unknown;
+  /** false: /api/v1/stream answers 404 (an older gateway). */
+  stream?: boolean;
+  /** Called for each relayed WebSocket once the upgrade is accepted. */
+  onRelay?: (ws: WebSocket, seen: UpgradeSeen) => void;
+}
+
+export class FakeGateway {
+  readonly server: http.Server;
+  readonly wss = new WebSocketServer({ noServer: true, perMessageDeflate: false });
+  readonly upgrades: UpgradeSeen[] = [];
+  readonly requests: UpgradeSeen[] = [];
+  private streams = new Set<http.ServerResponse>();
+  token: string;
+  sessions: unknown;
+  stream: boolean;
+  onRelay: (ws: WebSocket, seen: UpgradeSeen) => void;
+
+  constructor(opts: FakeGatewayOptions = {}) {
+    this.token = opts.token ?? "s3cret";
+    this.sessions = opts.sessions ?? [];
+    this.stream = opts.stream ?? true;
+    this.onRelay = opts.onRelay ?? ((ws) => ws.on("message", (d: Buffer) => ws.send(d, { binary: true })));
+    this.server = http.createServer((req, res) => this.handle(req, res));
+    this.server.on("upgrade", (req: http.IncomingMessage, sock: import("node:stream").Duplex, head: Buffer) => this.upgrade(req, sock, head));
+  }
+
+  async listen(): Promise<this> {
+    await new Promise<void>((r) => this.server.listen(0, "127.0.0.1", r));
+    return this;
+  }
+
+  get address(): string {
+    return `127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  private authorized(req: http.IncomingMessage): boolean {
+    return req.headers.authorization === `Bearer ${this.token}`;
+  }
+
+  private handle(req: http.IncomingMessage, res: http.ServerResponse): void {
+    this.requests.push({ url: req.url ?? "", headers: req.headers });
+    if (!this.authorized(req)) {
+      res.writeHead(401, { "Content-Type": "application/json" }).end(JSON.stringify({ error: "missing or wrong raydbg token" }));
+      return;
+    }
+    if (req.url === "/api/v1/sessions") {
+      const body = typeof this.sessions === "string" ? this.sessions : JSON.stringify(this.sessions);
+      res.writeHead(200, { "Content-Type": "application/json" }).end(body);
+    } else if (req.url === "/api/v1/stream" && this.stream) {
+      res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
+      this.streams.add(res);
+      res.on("close", () => this.streams.delete(res));
+      this.push(res);
+    } else {
+      res.writeHead(404, { "Content-Type": "application/json" }).end(JSON.stringify({ error: "not found" }));
+    }
+  }
+
+  private push(res: http.ServerResponse): void {
+    const body = typeof this.sessions === "string" ? this.sessions : JSON.stringify(this.sessions);
+    res.write(`event: sessions\ndata: ${body}\n\n`);
+  }
+
+  /** Replace the session list and tell every open stream, as the gateway does on change. */
+  setSessions(sessions: unknown): void {
+    this.sessions = sessions;
+    for (const res of this.streams) this.push(res);
+  }
+
+  /** Drop every open SSE stream (gateway restart). */
+  dropStreams(): void {
+    for (const res of this.streams) res.destroy();
+    this.streams.clear();
+  }
+
+  get openStreams(): number {
+    return this.streams.size;
+  }
+
+  private upgrade(req: http.IncomingMessage, sock: import("node:stream").Duplex, head: Buffer): void {
+    const seen = { url: req.url ?? "", headers: req.headers };
+    this.upgrades.push(seen);
+    if (!this.authorized(req)) {
+      const body = JSON.stringify({ error: "missing or wrong raydbg token" });
+      sock.end(`HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\nConnection: close\r\n\r\n${body}`);
+      return;
+    }
+    this.wss.handleUpgrade(req, sock, head, (ws) => this.onRelay(ws, seen));
+  }
+
+  async close(): Promise<void> {
+    this.dropStreams();
+    for (const c of this.wss.clients) c.terminate();
+    this.wss.close();
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
+
+/** A gateway-shaped session record with overrides. */
+export function record(over: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    id: "a1b2c3d4e5f6",
+    job_id: "01000000",
+    task_id: "c2668a65bda616c1ffffffffffffffffffffffff01000000",
+    task_name: "train_step",
+    actor_id: null,
+    actor_name: null,
+    train_rank: null,
+    node_id: "f".repeat(56),
+    node_ip: "10.0.0.5",
+    pid: 4242,
+    thread_id: 140000,
+    thread_name: "MainThread",
+    file: "/home/ray/app/train.py",
+    line: 17,
+    function: "train_step",
+    reason: "breakpoint",
+    exception: null,
+    since: 1_700_000_000,
+    state: "waiting",
+    attachable: true,
+    cwd: "/home/ray/app",
+    ...over,
+  };
+}
+
+/** A port with nothing listening on it (bound, then released). */
+export async function freePort(): Promise<number> {
+  const s = net.createServer();
+  await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise<void>((r) => s.close(() => r()));
+  return port;
+}
+
+/** Resolve when `cond()` holds, polling every 5 ms; reject after `ms`. */
+export async function waitFor(cond: () => boolean, ms = 3000, what = "condition"): Promise<void> {
+  const t0 = Date.now();
+  while (!cond()) {
+    if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}

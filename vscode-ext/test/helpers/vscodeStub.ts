@@ -1,0 +1,181 @@
+/**
+ * A stand-in for the `vscode` module, enough for extension.ts and its glue, recording
+ * what the extension asks of VS Code. Installed into node's module cache so
+ * `require("vscode")` in the compiled extension gets it.
+ */
+import Module from "node:module";
+
+type Listener<T> = (e: T) => unknown;
+
+export class EventEmitter<T> {
+  private listeners = new Set<Listener<T>>();
+  readonly event = (l: Listener<T>) => {
+    this.listeners.add(l);
+    return { dispose: () => this.listeners.delete(l) };
+  };
+  fire(e: T): void {
+    for (const l of [...this.listeners]) l(e);
+  }
+  dispose(): void {
+    this.listeners.clear();
+  }
+}
+
+export class TreeItem {
+  id?: string;
+  description?: string;
+  tooltip?: string;
+  contextValue?: string;
+  iconPath?: unknown;
+  constructor(
+    public label: string,
+    public collapsibleState: number,
+  ) {}
+}
+
+export class ThemeIcon {
+  constructor(public id: string) {}
+}
+
+export interface Recorded {
+  commands: Map<string, (...args: unknown[]) => unknown>;
+  executed: unknown[][];
+  views: { id: string; options: { treeDataProvider: unknown } }[];
+  started: { folder: unknown; config: Record<string, unknown> }[];
+  messages: { level: string; text: string; items: string[] }[];
+  inputs: (string | undefined)[];
+  configUpdates: { key: string; value: unknown; target: number }[];
+  clipboard: string[];
+  statusBar: { text: string; visible: boolean; command?: string };
+}
+
+export function makeVscodeStub(opts: { config: Record<string, unknown>; folder?: string; secrets?: Record<string, string>; startResult?: boolean }) {
+  const rec: Recorded = {
+    commands: new Map(),
+    executed: [],
+    views: [],
+    started: [],
+    messages: [],
+    inputs: [],
+    configUpdates: [],
+    clipboard: [],
+    statusBar: { text: "", visible: false },
+  };
+  const config = { ...opts.config };
+  const configChanged = new EventEmitter<{ affectsConfiguration(s: string): boolean }>();
+  const debugTerminated = new EventEmitter<{ configuration: Record<string, unknown> }>();
+  const visibility = new EventEmitter<{ visible: boolean }>();
+  const secretChanged = new EventEmitter<{ key: string }>();
+  const secrets = new Map(Object.entries(opts.secrets ?? {}));
+  const message = (level: string) => (text: string, ...items: unknown[]) => {
+    rec.messages.push({ level, text, items: items.filter((i): i is string => typeof i === "string") });
+    return Promise.resolve(undefined);
+  };
+
+  const vscode = {
+    EventEmitter,
+    TreeItem,
+    ThemeIcon,
+    TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
+    StatusBarAlignment: { Left: 1, Right: 2 },
+    ConfigurationTarget: { Global: 1, Workspace: 2, WorkspaceFolder: 3 },
+    window: {
+      createStatusBarItem: () => ({
+        set text(t: string) {
+          rec.statusBar.text = t;
+        },
+        get text() {
+          return rec.statusBar.text;
+        },
+        tooltip: "",
+        set command(c: string) {
+          rec.statusBar.command = c;
+        },
+        show: () => (rec.statusBar.visible = true),
+        hide: () => (rec.statusBar.visible = false),
+        dispose: () => {},
+      }),
+      createTreeView: (id: string, options: { treeDataProvider: unknown }) => {
+        rec.views.push({ id, options });
+        return { visible: true, onDidChangeVisibility: visibility.event, dispose: () => {} };
+      },
+      showInformationMessage: message("info"),
+      showWarningMessage: message("warning"),
+      showErrorMessage: message("error"),
+      showInputBox: () => Promise.resolve(rec.inputs.shift()),
+      showQuickPick: (items: string[]) => Promise.resolve(items[0]),
+    },
+    workspace: {
+      get workspaceFolders() {
+        return opts.folder ? [{ uri: { fsPath: opts.folder }, name: "ws", index: 0 }] : undefined;
+      },
+      getConfiguration: (section: string) => ({
+        get: (key: string) => config[`${section}.${key}`],
+        inspect: (key: string) => ({ key, globalValue: config[`${section}.${key}`] }),
+        update: (key: string, value: unknown, target: number) => {
+          rec.configUpdates.push({ key: `${section}.${key}`, value, target });
+          config[`${section}.${key}`] = value;
+          configChanged.fire({ affectsConfiguration: (s: string) => `${section}.${key}`.startsWith(s) });
+          return Promise.resolve();
+        },
+      }),
+      onDidChangeConfiguration: configChanged.event,
+    },
+    commands: {
+      registerCommand: (id: string, fn: (...args: unknown[]) => unknown) => {
+        rec.commands.set(id, fn);
+        return { dispose: () => rec.commands.delete(id) };
+      },
+      executeCommand: (...args: unknown[]) => {
+        rec.executed.push(args);
+        return Promise.resolve();
+      },
+    },
+    debug: {
+      startDebugging: (folder: unknown, config: Record<string, unknown>) => {
+        rec.started.push({ folder, config });
+        return Promise.resolve(opts.startResult ?? true);
+      },
+      onDidTerminateDebugSession: debugTerminated.event,
+    },
+    extensions: { getExtension: (id: string) => (id === "ms-python.debugpy" ? { id } : undefined) },
+    env: {
+      clipboard: {
+        writeText: (t: string) => {
+          rec.clipboard.push(t);
+          return Promise.resolve();
+        },
+      },
+    },
+  };
+
+  const context = {
+    subscriptions: [] as { dispose(): unknown }[],
+    secrets: {
+      get: (k: string) => Promise.resolve(secrets.get(k)),
+      store: (k: string, v: string) => {
+        secrets.set(k, v);
+        secretChanged.fire({ key: k });
+        return Promise.resolve();
+      },
+      delete: (k: string) => {
+        secrets.delete(k);
+        secretChanged.fire({ key: k });
+        return Promise.resolve();
+      },
+      onDidChange: secretChanged.event,
+    },
+  };
+
+  return { vscode, context, rec, secrets, debugTerminated, visibility, config };
+}
+
+/** Make `require("vscode")` return `stub` for modules loaded after this call. */
+export function installVscode(stub: unknown): void {
+  const M = Module as unknown as { _resolveFilename: (req: string, ...rest: unknown[]) => string };
+  const orig = M._resolveFilename;
+  M._resolveFilename = function (this: unknown, req: string, ...rest: unknown[]) {
+    return req === "vscode" ? "vscode" : orig.call(this, req, ...rest);
+  };
+  require.cache.vscode = { id: "vscode", filename: "vscode", loaded: true, exports: stub } as unknown as NodeJS.Module;
+}
