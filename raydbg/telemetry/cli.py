@@ -67,25 +67,36 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_goodput(args: argparse.Namespace) -> int:
-    dirs = _dirs(args)
-    spans = reader.spans(dirs) if dirs else []
-    run = args.run
+def goodput_report(
+    run: str = "latest", dirs: list[str] | None = None, rank: int = 0, png: str | None = None
+) -> tuple[goodput.Report, str | None]:
+    """The goodput report of a run from the embedded files (and its PNG when `png` is a
+    path; `{run}` in it becomes the run id): what `raydbg goodput` prints, for an app's end-of-run summary. ValueError
+    with a one-line reason when there is nothing to report."""
+    spans = reader.spans(dirs) if dirs is None or dirs else []
     if run == "latest":
         ids = goodput.run_ids(spans)
         if not ids:
-            return _fail("no training run spans (attribute train.run.id) found; pass --dir DIR")
+            raise ValueError("no training run spans (attribute train.run.id) found; pass --dir DIR")
         run = ids[-1]
-    chosen = goodput.select(spans, run, args.rank)
+    chosen = goodput.select(spans, run, rank)
     if not chosen:
         known = ", ".join(goodput.run_ids(spans)[-5:]) or "none"
-        return _fail(f"no spans for run {run!r} (recent runs: {known}); pass --dir DIR")
+        raise ValueError(f"no spans for run {run!r} (recent runs: {known}); pass --dir DIR")
     report = goodput.compute(chosen, run)
-    png = None
-    if not args.no_png:
+    if png:
         from raydbg.telemetry.timeline import render
 
-        png = render(report, args.png or f"raydbg-goodput-{run}.png")
+        png = render(report, png.replace("{run}", run))
+    return report, png
+
+
+def cmd_goodput(args: argparse.Namespace) -> int:
+    try:
+        png_path = None if args.no_png else (args.png or "raydbg-goodput-{run}.png")
+        report, png = goodput_report(args.run, _dirs(args), args.rank, png_path)
+    except ValueError as exc:
+        return _fail(str(exc))
     if args.json:
         print(json.dumps({**report.as_dict(), "png": png}, indent=2))
     else:
