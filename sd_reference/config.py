@@ -1,0 +1,84 @@
+"""TrainConfig: every knob of a training run, with the checks that turn bad values into one-line errors."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sd_reference.diffusion import PREDICTION_TYPES
+from sd_reference.errors import UserError
+from sd_reference.parallel import FSDP_MODES, STRATEGIES
+
+
+@dataclass
+class TrainConfig:
+    data: str = "sd_work/latents"
+    online: bool = False
+    preset: str = "tiny"
+    resolution: int | None = None
+    pretrained: str | None = None
+    pretrained_unet: bool = False
+    storage_path: str = "sd_work/runs"
+    name: str | None = None
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    use_gpu: bool | None = None  # None: use GPUs when the cluster has them
+    strategy: str = "fsdp"
+    fsdp_mode: str = "full"
+    steps: int | None = None
+    batch_size: int | None = None  # per worker
+    lr: float | None = None
+    warmup_steps: int | None = None
+    weight_decay: float = 0.01
+    grad_clip: float = 1.0
+    prediction_type: str = "epsilon"
+    snr_gamma: float = 0.0
+    ema_decay: float | None = None
+    caption_dropout: float = 0.1
+    checkpoint_every: int = 100
+    keep_checkpoints: int = 3
+    max_failures: int = 3
+    inject_failure_at_step: int | None = None
+    fingerprint: bool = False  # hash state at save/restore to prove an exact resume
+    compile: bool = False
+    seed: int = 0
+    shuffle_buffer: int = 256
+    export: bool = True
+    export_dir: str | None = None
+
+    def resolved(self) -> TrainConfig:
+        """Fill preset defaults and validate; raises UserError on the first bad value."""
+        from sd_reference.presets import get_preset
+
+        preset = get_preset(self.preset, self.resolution)
+        cfg = TrainConfig(**asdict(self))
+        cfg.name = cfg.name or f"sd-{preset.name}"
+        cfg.steps = cfg.steps if cfg.steps is not None else preset.steps
+        cfg.batch_size = cfg.batch_size or preset.batch_size
+        cfg.lr = cfg.lr if cfg.lr is not None else preset.lr
+        cfg.warmup_steps = cfg.warmup_steps if cfg.warmup_steps is not None else preset.warmup_steps
+        cfg.ema_decay = cfg.ema_decay if cfg.ema_decay is not None else preset.ema_decay
+        checks = [
+            (cfg.strategy in STRATEGIES, f"--strategy must be one of {', '.join(STRATEGIES)}"),
+            (cfg.fsdp_mode in FSDP_MODES, f"--fsdp-mode must be one of {', '.join(FSDP_MODES)}"),
+            (cfg.prediction_type in PREDICTION_TYPES, f"--prediction-type must be one of {', '.join(PREDICTION_TYPES)}"),
+            (cfg.workers >= 1, "--workers must be at least 1"),
+            (cfg.steps >= 1, "--steps must be at least 1"),
+            (cfg.batch_size >= 1, "--batch-size must be at least 1"),
+            (cfg.lr > 0, "--lr must be positive"),
+            (0 <= cfg.caption_dropout < 1, "--caption-dropout must be in [0, 1)"),
+            (0 <= cfg.ema_decay < 1, "--ema-decay must be in [0, 1)"),
+            (cfg.checkpoint_every >= 1, "--checkpoint-every must be at least 1"),
+            (cfg.max_failures >= 0, "--max-failures must be 0 or more"),
+            (cfg.inject_failure_at_step is None or 1 <= cfg.inject_failure_at_step <= cfg.steps,
+             "--inject-failure-at-step must be between 1 and --steps"),
+            (cfg.inject_failure_at_step is None or cfg.max_failures >= 1,
+             "--inject-failure-at-step needs --max-failures of at least 1 to resume"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UserError(message)
+        return cfg
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)

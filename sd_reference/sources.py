@@ -1,0 +1,129 @@
+"""Input readers: LAION-style parquet, webdataset tar shards, image folders -> Ray Data.
+
+Every reader returns a dataset in one normalized layout (key, caption, image
+bytes, width, height; width/height -1 when unknown) so the CPU stage needs no
+per-format code. Inputs are checked on the driver first so a missing path, an
+empty directory or a corrupt parquet file is one clear error, not a stack trace
+from a Ray task.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sd_reference.errors import UserError
+
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
+SOURCE_FORMATS = ("auto", "parquet", "webdataset", "folder")
+
+
+@dataclass
+class Source:
+    """A checked input: its format, files and (for parquet) the row count from metadata."""
+
+    fmt: str
+    root: str
+    files: list[str]
+    rows: int | None = None
+
+
+def _files(path: Path, extensions: tuple[str, ...]) -> list[str]:
+    if path.is_file():
+        return [str(path)] if path.suffix.lstrip(".").lower() in extensions else []
+    return sorted(
+        str(p) for p in path.rglob("*") if p.is_file() and p.suffix.lstrip(".").lower() in extensions
+    )
+
+
+def detect(path_str: str, fmt: str = "auto") -> Source:
+    """Resolve and check an input path; raises UserError with the reason and a fix."""
+    if fmt not in SOURCE_FORMATS:
+        raise UserError(f"unknown input format '{fmt}' (choose from {', '.join(SOURCE_FORMATS)})")
+    if "://" in path_str:  # remote storage: trust the user, Ray Data reports problems
+        if fmt == "auto":
+            raise UserError(f"give --format for remote input {path_str}")
+        return Source(fmt, path_str, [path_str])
+    path = Path(path_str)
+    if not path.exists():
+        raise UserError(f"input path {path} does not exist (run `python -m sd_reference make-data` first?)")
+    candidates = {
+        "parquet": _files(path, ("parquet",)),
+        "webdataset": _files(path, ("tar",)),
+        "folder": _files(path, IMAGE_EXTENSIONS),
+    }
+    if fmt == "auto":
+        fmt = next((f for f, files in candidates.items() if files), "none")
+        if fmt == "none":
+            raise UserError(f"no parquet, .tar or image files under {path}: the dataset is empty")
+    files = candidates[fmt]
+    if not files:
+        raise UserError(f"no {fmt} files under {path}: the dataset is empty")
+    rows = _parquet_rows(files) if fmt == "parquet" else None
+    if rows == 0:
+        raise UserError(f"the parquet files under {path} have 0 rows: the dataset is empty")
+    return Source(fmt, str(path), files, rows)
+
+
+def _parquet_rows(files: list[str]) -> int:
+    import pyarrow.parquet as pq
+
+    rows = 0
+    for f in files:
+        try:
+            rows += pq.ParquetFile(f).metadata.num_rows
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError
+            raise UserError(f"corrupt parquet file {f}: {exc}") from exc
+    return rows
+
+
+def _wds_normalize(sample: dict[str, Any]) -> dict[str, Any]:
+    """webdataset sample (raw bytes per extension) -> the normalized row layout."""
+    meta: dict[str, Any] = {}
+    if isinstance(sample.get("json"), bytes):
+        try:
+            meta = json.loads(sample["json"])
+        except ValueError:
+            meta = {}
+    image = next((sample[e] for e in IMAGE_EXTENSIONS if e in sample), None)
+    caption = sample.get("txt", sample.get("caption", meta.get("caption")))
+    if isinstance(caption, bytes):
+        caption = caption.decode("utf-8", errors="replace")
+    return {
+        "key": str(sample.get("__key__", "")),
+        "caption": caption,
+        "image": image,
+        "width": int(meta.get("width", -1) if meta.get("width") is not None else -1),
+        "height": int(meta.get("height", -1) if meta.get("height") is not None else -1),
+    }
+
+
+def read(source: Source, columns: dict[str, str] | None = None) -> Any:
+    """The Ray Data dataset for a checked source, in the normalized layout."""
+    import ray.data
+
+    if source.fmt == "parquet":
+        # LAION/Anyscale names by default; override for other parquet layouts.
+        names = {"key": "hash", "caption": "caption", "image": "jpg", "width": "width", "height": "height"}
+        names.update(columns or {})
+        try:
+            ds = ray.data.read_parquet(source.files, columns=list(names.values()))
+        except Exception as exc:  # noqa: BLE001 - missing columns surface here
+            raise UserError(f"cannot read parquet {source.root}: {str(exc).splitlines()[0]}") from exc
+        return ds.rename_columns({v: k for k, v in names.items() if k != v})
+    if source.fmt == "webdataset":
+        return ray.data.read_webdataset(source.files, decoder=_wds_normalize)
+    ds = ray.data.read_binary_files(source.files, include_paths=True)
+    return ds.rename_columns({"bytes": "image", "path": "key"})
+
+
+def sidecar_filesystem(source: Source) -> Any:
+    """The filesystem image-folder captions (KEY.txt beside KEY.jpg) are read from."""
+    import pyarrow.fs
+
+    if source.fmt != "folder":
+        return None
+    fs, _ = pyarrow.fs.FileSystem.from_uri(source.root if "://" in source.root else Path(source.root).resolve().as_uri())
+    return fs
