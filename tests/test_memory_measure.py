@@ -197,44 +197,46 @@ def test_psi_read_when_present(tmp_path: Path) -> None:
     assert NodeMeasurer(roots, psi=False).read().psi == {}
 
 
-def _proc(
-    root: Path, pid: int, start_ticks: int, rollup: str | None, statm: str = "100 50 0 0 0 0 0\n"
-) -> None:
+def _proc(root: Path, pid: int, start_ticks: int, rollup: str | None, status: str | None) -> None:
     base = root / str(pid)
     write(
         base / "stat",
         f"{pid} (worker x) S 1 {pid} 0 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start_ticks} 0\n",
     )
-    write(base / "statm", statm)
+    write(base / "statm", "100 50 20 0 0 0 0\n")
     write(base / "oom_score_adj", "1000\n")
     if rollup is not None:
         write(base / "smaps_rollup", rollup)
+    if status is not None:
+        write(base / "status", status)
 
 
-def test_proc_uss_and_rss_fallback(tmp_path: Path) -> None:
+def test_proc_fast_detailed_and_fallback(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     write(proc / "stat", "cpu 1 2 3\nbtime 1000\n")
     rollup = (
         "Rss: 3000 kB\nPss: 2000 kB\nPrivate_Clean: 100 kB\nPrivate_Dirty: 1900 kB\nSwap: 7 kB\n"
     )
-    _proc(proc, 5, 300, rollup)
-    _proc(proc, 6, 600, None)
+    status = "Name:\tx\nVmRSS:\t3000 kB\nRssAnon:\t1800 kB\nRssFile:\t1200 kB\nVmSwap:\t7 kB\n"
+    _proc(proc, 5, 300, rollup, status)
+    _proc(proc, 6, 600, None, None)
     roots = Roots(proc=proc)
-    got = scan([5, 6, 7], roots)
-    assert set(got) == {5, 6}  # 7 does not exist
+    known: dict[int, tuple[str, int, float]] = {}
+    got = scan([5, 6, 7], roots, known=known)
+    assert set(got) == {5, 6} and set(known) == {5, 6}  # 7 does not exist
     a, b = got[5], got[6]
     hz = os.sysconf("SC_CLK_TCK")
-    assert (a.source, a.uss, a.rss, a.pss, a.swap) == (
-        "smaps_rollup",
-        2000 * 1024,
-        3000 * 1024,
-        2000 * 1024,
-        7 * 1024,
-    )
-    assert a.memory == a.uss and a.name == "worker x" and a.oom_score_adj == 1000
-    assert a.start_time == pytest.approx(1000 + 300 / hz)
-    assert (b.source, b.rss, b.memory) == ("statm", 50 * os.sysconf("SC_PAGE_SIZE"), b.rss)
+    assert (a.source, a.memory, a.rss, a.swap) == ("status", 1800 * 1024, 3000 * 1024, 7 * 1024)
+    assert a.name == "worker x" and a.start_time == pytest.approx(1000 + 300 / hz)
+    page = os.sysconf("SC_PAGE_SIZE")
+    assert (b.source, b.rss, b.memory) == ("statm", 50 * page, 30 * page)
     assert b.start_time > a.start_time
+    d = read_proc(5, roots, detailed=True)
+    assert d is not None and (d.source, d.uss, d.pss) == ("smaps_rollup", 2000 * 1024, 2000 * 1024)
+    assert d.oom_score_adj == 1000
+    # Identity is cached across scans; vanished pids leave the cache.
+    (proc / "5" / "stat").unlink()
+    assert 5 in scan([5], roots, known=known) and set(known) == {5}
     assert read_proc(99, roots) is None
 
 
@@ -293,10 +295,11 @@ def test_real_machine() -> None:
     if Path("/sys/fs/cgroup/memory").is_dir() or Path("/sys/fs/cgroup/cgroup.controllers").exists():
         assert m.cgroup_dir is not None and m.cgroup_dir.is_dir()
         assert os.getpid() in m.pids()
-    me = read_proc(os.getpid())
-    assert me is not None and me.memory > 1 * MiB and me.rss >= me.uss
-    # Our own process must show up after allocating ~64 MiB privately.
-    blob = bytearray(64 * MiB)
-    after = read_proc(os.getpid())
-    assert after is not None and after.uss >= me.uss + 60 * MiB
-    del blob
+    for detailed in (False, True):
+        me = read_proc(os.getpid(), detailed=detailed)
+        assert me is not None and me.memory > 1 * MiB and me.rss >= me.uss
+        # Our own process must show up after touching ~64 MiB privately.
+        blob = bytearray(b"x") * (64 * MiB)
+        after = read_proc(os.getpid(), detailed=detailed)
+        assert after is not None and after.uss >= me.uss + 60 * MiB, detailed
+        del blob

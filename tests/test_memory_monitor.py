@@ -32,7 +32,7 @@ def fake_proc(root: Path, pid: int, title: str, mem: int, start_ticks: int = 100
     )
     write(base / "cmdline", title + "\0")
     kb = mem // 1024
-    write(base / "smaps_rollup", f"Rss: {kb} kB\nPss: {kb} kB\nPrivate_Dirty: {kb} kB\n")
+    write(base / "status", f"Name:\tpython\nVmRSS:\t{kb} kB\nRssAnon:\t{kb} kB\n")
 
 
 class FakeMeasurer:

@@ -151,6 +151,7 @@ class MemoryMonitor:
         self.proc_growth: dict[int, Growth] = {}
         self.procs: dict[int, ProcMem] = {}
         self._last_scan = -1e9
+        self._known: dict[int, tuple[str, int, float]] = {}  # pid -> (comm, ppid, start)
         self._dry_until = -1e9
         self.crossed_at: float | None = None
         self.last: NodeMemory | None = None
@@ -222,7 +223,7 @@ class MemoryMonitor:
 
     def _scan(self, now: float) -> dict[int, float]:
         """Per-process memory of the node's processes; returns growth (bytes/s) per pid."""
-        self.procs = scan(self.measurer.pids(), self.measurer.roots)
+        self.procs = scan(self.measurer.pids(), self.measurer.roots, known=self._known)
         self.stats["scans"] += 1
         self._last_scan = now
         for pid in list(self.proc_growth):
