@@ -18,16 +18,18 @@ def ray_auth_token() -> str | None:
     return None
 
 
-def agent_token(is_head: bool) -> str:
-    tok = ray_auth_token()
-    if tok:
-        return tok
+def _raydbg_token() -> str:
     raw = registry.get_bytes(registry.TOKEN)
     if not raw:
         # Reuse this machine's token so clients keep working across clusters.
         candidate = auth.read_token_file(auth.RAYDBG_TOKEN_PATH) or auth.new_token()
         raw = registry.put_if_absent(registry.TOKEN, candidate.encode())
-    tok = raw.decode()
+    return raw.decode()
+
+
+def agent_token(is_head: bool) -> str:
+    tok = ray_auth_token() or _raydbg_token()
+    # Local clients on the head read the token the gateway checks from this 0600 file.
     if is_head and auth.read_token_file(auth.RAYDBG_TOKEN_PATH) != tok:
         auth.write_private(auth.RAYDBG_TOKEN_PATH, tok)
     return tok

@@ -34,13 +34,15 @@ def ray_context() -> dict[str, Any]:
             return {"job_id": "", "node_id": "", "node_ip": ""}
         ctx = ray.get_runtime_context()
         actor_id = _hex(ctx.get_actor_id())
+        task_name = _task_name(ctx)
         actor_name = None
         if actor_id:
-            actor_name = ctx.get_actor_name() or _actor_class_name()
+            # Named actors have a name; otherwise the class, from "Class.method".
+            actor_name = ctx.get_actor_name() or (task_name or "").split(".")[0] or None
         return {
             "job_id": _hex(ctx.get_job_id()) or "",
             "task_id": _hex(ctx.get_task_id()),
-            "task_name": _task_name(ctx),
+            "task_name": task_name,
             "actor_id": actor_id,
             "actor_name": actor_name,
             "node_id": _hex(ctx.get_node_id()) or "",
@@ -54,15 +56,6 @@ def ray_context() -> dict[str, Any]:
 def _task_name(ctx: Any) -> str | None:
     try:
         return ctx.get_task_name()
-    except Exception:
-        return None
-
-
-def _actor_class_name() -> str | None:
-    try:
-        import ray
-
-        return ray._private.worker.global_worker.actor_name or None  # type: ignore[attr-defined]
     except Exception:
         return None
 

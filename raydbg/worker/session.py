@@ -56,18 +56,21 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
         rec.state = "waiting"
         _publish(rec)
         timeout = config.wait_timeout()
-        if not debugger.wait_for_client(timeout):
-            what = "continuing" if reason == "breakpoint" else "re-raising"
-            log.warning(
-                "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
-                rec.id, timeout, what,
-            )
-            _event("session.timeout", rec)
-            return False
-        rec.state = "attached"
-        _publish(rec)
-        debugger.suspend(frame, exc_info)
-        return True
+        while True:
+            if not debugger.wait_for_client(timeout):
+                what = "continuing" if reason == "breakpoint" else "re-raising"
+                log.warning(
+                    "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
+                    rec.id, timeout, what,
+                )
+                _event("session.timeout", rec)
+                return False
+            rec.state = "attached"
+            _publish(rec)
+            if debugger.suspend(frame, exc_info):
+                return True
+            rec.state = "waiting"  # the client left without seeing this stop
+            _publish(rec)
     finally:
         try:
             registry.delete(registry.SESSION + rec.id)

@@ -47,3 +47,69 @@ def test_task_breakpoint_listed_attached_and_resumed(ray_cluster: str, gw: Any) 
     assert "port" not in listed[rec["id"]]
     _debug_round(ray_cluster, gw, "task", "local_value", "15", function="plain_task")
     assert ray.get(ref, timeout=60) == 16
+
+
+def test_second_breakpoint_in_same_worker_stops_on_its_own_line(ray_cluster: str, gw: Any) -> None:
+    ref = ray.remote(targets.two_breakpoints).remote(1)
+    _debug_round(ray_cluster, gw, "first", "first", "2", function="two_breakpoints")
+    _debug_round(ray_cluster, gw, "second", "second", "4", function="two_breakpoints")
+    assert ray.get(ref, timeout=60) == 4
+
+
+def test_actor_method(ray_cluster: str, gw: Any) -> None:
+    actor = ray.remote(targets.Counter).remote()
+    ref = actor.add.remote(5)
+    rec = _debug_round(ray_cluster, gw, "actor", "local_value", "15", function="add")
+    assert rec["actor_id"] and rec["actor_name"]
+    assert ray.get(ref, timeout=60) == 15
+
+
+def test_async_actor_method(ray_cluster: str, gw: Any) -> None:
+    actor = ray.remote(targets.AsyncActor).remote()
+    ref = actor.work.remote(1)
+    _debug_round(ray_cluster, gw, "async", "local_value", "8", function="work")
+    assert ray.get(ref, timeout=60) == 8
+
+
+def test_threaded_actor_two_calls_are_two_sessions(ray_cluster: str, gw: Any) -> None:
+    actor = ray.remote(targets.ThreadedActor).options(max_concurrency=4).remote()
+    refs = [actor.work.remote(1), actor.work.remote(2)]
+    deadline = time.monotonic() + 90
+    recs: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and len(recs) < 2:
+        recs = [r for r in asyncio.run(gw.sessions()) if r["function"] == "work" and r["attachable"]
+                and r["line"] == targets.line_of("threaded")]
+        time.sleep(0.1)
+    assert len(recs) == 2 and recs[0]["thread_id"] != recs[1]["thread_id"]
+    state = asyncio.run(_continue_and_check(ray_cluster, gw, recs[0], refs))
+    assert state["other_still_listed"]
+    assert sorted(ray.get(refs, timeout=60)) == [101, 102]
+
+
+async def _continue_and_check(ray_cluster: str, gw: Any, first: dict[str, Any], refs: list[Any]) -> dict[str, Any]:
+    """Attach once, continue one paused thread only: its call returns, the other stays paused."""
+    from raydbg.dap.session import attach_session
+    from raydbg.dap.transport import open_tcp
+
+    with forward(ray_cluster, first["id"]) as port:
+        reader, writer = await open_tcp("127.0.0.1", port)
+        client, _ = await attach_session(reader, writer, timeout=30)
+        paused: dict[int, int] = {}
+        for thread in await client.threads():
+            frames = await client.stack_trace(thread["id"])
+            if frames and frames[0]["line"] == targets.line_of("threaded"):
+                scopes = await client.scopes(frames[0]["id"])
+                values = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
+                paused[int(values["n"])] = thread["id"]
+        assert sorted(paused) == [1, 2]
+        await client.continue_(paused[1])
+        done, _ = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: ray.wait(refs, num_returns=1, timeout=30))
+        assert done and ray.get(done[0]) == 101
+        await asyncio.sleep(0.5)
+        still = [r for r in await gw.sessions() if r["function"] == "work"]
+        other_still_listed = len(still) == 1
+        await client.continue_(paused[2])
+        await client.disconnect()
+        await client.close()
+    return {"other_still_listed": other_still_listed}
