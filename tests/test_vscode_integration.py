@@ -1,0 +1,171 @@
+"""The VS Code extension's own modules (run in node) against a real local Ray cluster with raydbg.
+
+A task pauses at breakpoint(); the extension's view model lists it through the real
+gateway; the extension's forwarder is started in node; a DAP client here attaches
+through that forwarder with the extension's launch config, sees the breakpoint line as
+the top frame, continues, and the task returns its result.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import queue
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+import vscode_targets
+from ray import cloudpickle
+from vscode_support import EXT, npm
+
+import raydbg
+from raydbg.client import Gateway
+from raydbg.dap.session import attach_session
+from raydbg.dap.transport import open_tcp
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+DRIVER = EXT / "out" / "test" / "integration" / "attachDriver.js"
+ENV = {"RAY_DEBUG": "1", "RAYDBG_WAIT_TIMEOUT": "120"}
+
+
+@pytest.fixture(scope="module")
+def driver() -> Path:
+    """Compile the extension (installing its locked dependencies first if needed)."""
+    npm("run", "compile")
+    assert DRIVER.exists()
+    return DRIVER
+
+
+@pytest.fixture(scope="module")
+def gateway() -> Iterator[Gateway]:
+    saved = {k: os.environ.get(k) for k in (*ENV, "RAY_ADDRESS", "RAYDBG_GATEWAY")}
+    os.environ.update(ENV)
+    os.environ.pop("RAYDBG_GATEWAY", None)
+    # Workers cannot import tests/ modules; ship the target by value (file and lines stay).
+    cloudpickle.register_pickle_by_value(vscode_targets)
+    ray.init(num_cpus=2, include_dashboard=False, runtime_env=raydbg.runtime_env(),
+             logging_level="WARNING")
+    try:
+        address = str(ray.get_runtime_context().gcs_address)
+        up = subprocess.run([sys.executable, "-m", "raydbg", "up"], env={**os.environ, "RAY_ADDRESS": address},
+                            capture_output=True, text=True, timeout=120, cwd=REPO)
+        assert up.returncode == 0, up.stderr
+        os.environ["RAY_ADDRESS"] = address
+        yield Gateway.discover()
+    finally:
+        ray.shutdown()
+        cloudpickle.unregister_pickle_by_value(vscode_targets)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+class Driver:
+    """The node process; its stdout is one JSON event per line."""
+
+    def __init__(self, script: Path, env: dict[str, str]) -> None:
+        self.proc = subprocess.Popen(["node", str(script)], env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.events: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.events.put(json.loads(line))
+
+    def expect(self, name: str, timeout: float = 150) -> dict[str, Any]:
+        while True:
+            try:
+                ev = self.events.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"node driver sent no {name!r} within {timeout}s") from None
+            assert ev["event"] != "fatal", ev["message"]
+            if ev["event"] == name:
+                return ev
+
+    def finish(self) -> dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        closed = self.expect("closed", timeout=30)
+        assert self.proc.wait(30) == 0
+        return closed
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+async def attach_through(port: int, config: dict[str, Any]) -> dict[str, Any]:
+    """What VS Code's debugpy does with the extension's config: attach, look, continue."""
+    reader, writer = await open_tcp(config["connect"]["host"], port)
+    args = {k: v for k, v in config.items() if k in ("pathMappings", "justMyCode")}
+    client, stopped = await attach_session(reader, writer, attach_arguments=args, timeout=30)
+    thread_id = stopped["body"]["threadId"]
+    frames = await client.stack_trace(thread_id)
+    await client.continue_(thread_id)
+    await client.disconnect()
+    return {"top": frames[0], "stopped": stopped}
+
+
+def test_extension_lists_forwards_and_debugs_a_paused_task(gateway: Gateway, driver: Path,
+                                                           tmp_path: Path) -> None:
+    line = vscode_targets.line_of("vscode")
+    ref = ray.remote(vscode_targets.vscode_paused_task).remote(5)
+    workspace = str(tmp_path / "workspace")
+    env = {**os.environ, "RAYDBG_GATEWAY": gateway.address, "RAYDBG_TOKEN": gateway.token,
+           "RAYDBG_FUNCTION": "vscode_paused_task", "RAYDBG_WORKSPACE": workspace}
+    node = Driver(driver, env)
+    try:
+        # 1. The Ray view's model lists the paused task, live from the gateway's stream.
+        listed = node.expect("listed")
+        rec = listed["session"]
+        assert rec["line"] == line and rec["file"] == vscode_targets.FILE
+        assert listed["label"].endswith("vscode_paused_task")
+        assert listed["description"] == f"vscode_targets.py:{line} · breakpoint"
+        assert listed["contextValue"] == "raydbg.session.attachable"
+        assert listed["live"] is True
+
+        # 2. Attach: the forwarder is up and the config is debugpy attach to it.
+        fwd = node.expect("forwarding")
+        config = fwd["config"]
+        assert config["type"] == "debugpy" and config["request"] == "attach"
+        assert config["connect"] == {"host": "127.0.0.1", "port": fwd["port"]}
+        assert config["justMyCode"] is False
+        cwd = rec["cwd"]
+        assert config["pathMappings"] == ([{"localRoot": workspace, "remoteRoot": cwd}] if cwd else [])
+
+        # 3. A forwarder with a wrong token: the real gateway refuses, the client is cut off.
+        bad = node.expect("badtoken")
+        with socket.create_connection(("127.0.0.1", bad["port"]), timeout=30) as s:
+            s.sendall(b'Content-Length: 2\r\n\r\n{}')
+            assert s.recv(1) == b""
+        err = node.expect("error")
+        assert err["which"] == "badtoken" and err["reason"] == "auth", err
+        assert "rejected the token (HTTP 401)" in err["message"]
+
+        # 4. A DAP client attaches through the extension's forwarder: top frame is the breakpoint.
+        seen = asyncio.run(attach_through(fwd["port"], config))
+        assert seen["top"]["line"] == line
+        mapped = vscode_targets.FILE
+        if cwd and vscode_targets.FILE.startswith(cwd.rstrip("/") + "/"):
+            mapped = workspace + vscode_targets.FILE[len(cwd.rstrip("/")):]
+        assert seen["top"]["source"]["path"] == mapped
+
+        # 5. Continued: the task finishes with its real result.
+        assert ray.get(ref, timeout=60) == 16
+        node.finish()
+    finally:
+        node.kill()
