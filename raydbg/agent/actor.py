@@ -49,7 +49,9 @@ class NodeAgent:
 
         loop = asyncio.new_event_loop()
         asyncio.set_event_loop(loop)
-        runner = web.AppRunner(self.server.app(), access_log=None)
+        runner = web.AppRunner(
+            self.server.app(), access_log=log, access_log_class=self.server.access_logger()
+        )
         loop.run_until_complete(runner.setup())
         host = self.node_ip
         port = config.gateway_port() if self.is_head else 0

@@ -12,6 +12,7 @@ from functools import partial
 from typing import Any
 
 from aiohttp import web
+from aiohttp.abc import AbstractAccessLogger
 
 import raydbg
 from raydbg import auth, registry
@@ -58,11 +59,28 @@ class AgentServer:
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
+        request["raydbg_parsed"] = True
         presented = auth.bearer(request.headers.get("Authorization"))
         if not auth.check(presented, self.token):
             self.refuse(request, "no token" if presented is None else "bad token")
             return web.json_response({"error": "missing or wrong raydbg token"}, status=401)
         return await handler(request)
+
+    def access_logger(self) -> type[AbstractAccessLogger]:
+        """aiohttp answers bytes that are not HTTP with a 400 before any handler: count those here."""
+        server = self
+
+        class RefusalCounter(AbstractAccessLogger):
+            def log(self, request: Any, response: Any, time: float) -> None:
+                if response.status == 400 and not request.get("raydbg_parsed"):
+                    server.refused["malformed"] += 1
+                    log.warning("raydbg agent: refused malformed request from %s", request.remote)
+
+            @property
+            def enabled(self) -> bool:
+                return True
+
+        return RefusalCounter
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])

@@ -75,7 +75,7 @@ def data_fn(batch: dict) -> dict:
     local_value = len(batch["id"])
     if int(batch["id"][0]) == 0:
         breakpoint()  # BP:data_fn
-    batch["id"] = batch["id"] * 2
+    batch["id"] = batch["id"] * 2 + 0 * local_value
     return batch
 
 
@@ -121,6 +121,21 @@ def cpu_loop(n: int) -> float:
     for i in range(n):
         total += i % 7
     return time.perf_counter() - start
+
+
+def user_runtime_env_hook(runtime_env: dict | None) -> dict:
+    """A user's own RAY_RUNTIME_ENV_HOOK: raydbg must chain it, not replace it."""
+    env = dict(runtime_env or {})
+    env_vars = dict(env.get("env_vars") or {})
+    env_vars["USER_ENV_HOOK"] = "ran"
+    env["env_vars"] = env_vars
+    return env
+
+
+def user_env_hook_ran() -> str:
+    import os
+
+    return os.environ.get("USER_ENV_HOOK", "no")
 
 
 import sys as _sys  # noqa: E402

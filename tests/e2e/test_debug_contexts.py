@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from typing import Any
 
@@ -10,7 +11,15 @@ import pytest
 import ray
 
 from e2e import targets
-from e2e.conftest import attach_and_inspect, forward, gateway, list_sessions, raydbg_cli, wait_for_session, wait_gone
+from e2e.conftest import (
+    attach_and_inspect,
+    forward,
+    gateway,
+    list_sessions,
+    raydbg_cli,
+    wait_for_session,
+    wait_gone,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -113,3 +122,79 @@ async def _continue_and_check(ray_cluster: str, gw: Any, first: dict[str, Any], 
         await client.disconnect()
         await client.close()
     return {"other_still_listed": other_still_listed}
+
+
+def _in_thread(fn: Any) -> tuple[threading.Thread, list[Any]]:
+    out: list[Any] = []
+    thread = threading.Thread(target=lambda: out.append(fn()), daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_ray_data_function_udf(ray_cluster: str, gw: Any) -> None:
+    ds = ray.data.range(8, override_num_blocks=2).map_batches(targets.data_fn, batch_size=4)
+    thread, out = _in_thread(lambda: sorted(r["id"] for r in ds.take_all()))
+    _debug_round(ray_cluster, gw, "data_fn", "local_value", "4", function="data_fn")
+    thread.join(120)
+    assert out == [[i * 2 for i in range(8)]]
+
+
+def test_ray_data_class_udf(ray_cluster: str, gw: Any) -> None:
+    ds = ray.data.range(8, override_num_blocks=2).map_batches(targets.DataCls, batch_size=4, concurrency=1)
+    thread, out = _in_thread(lambda: sorted(r["id"] for r in ds.take_all()))
+    _debug_round(ray_cluster, gw, "data_cls", "local_value", "3", function="__call__")
+    thread.join(120)
+    assert out == [[i * 3 for i in range(8)]]
+
+
+def test_ray_train_rank0_breakpoint(ray_cluster: str, gw: Any, tmp_path: Any) -> None:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    trainer = TorchTrainer(
+        targets.train_loop,
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name="raydbg-train-bp", storage_path=str(tmp_path)),
+    )
+    thread, out = _in_thread(trainer.fit)
+    rec = _debug_round(ray_cluster, gw, "train", "local_value", "1000", function="train_loop")
+    assert rec["train_rank"] == 0
+    thread.join(180)
+    assert out and out[0].error is None
+
+
+def test_post_mortem_in_task(ray_cluster: str, gw: Any) -> None:
+    ref = ray.remote(max_retries=0)(targets.failing_task).remote(3)
+    rec = wait_for_session(gw, function="failing_task")
+    assert rec["reason"] == "exception"
+    assert rec["exception"]["type"] == "ValueError" and "bad input 2" in rec["exception"]["message"]
+    assert rec["line"] == targets.line_of("raise_task")
+    with forward(ray_cluster, rec["id"]) as port:
+        seen = asyncio.run(attach_and_inspect(port, "doomed"))
+    assert seen["stopped"]["body"]["reason"] == "exception"
+    assert seen["top"]["line"] == targets.line_of("raise_task")
+    assert seen["value"] == "2"
+    with pytest.raises(ValueError, match="bad input 2"):
+        ray.get(ref, timeout=60)
+
+
+def test_post_mortem_in_actor_method(ray_cluster: str, gw: Any) -> None:
+    actor = ray.remote(targets.Counter).remote()
+    ref = actor.fail.remote(4)
+    rec = wait_for_session(gw, function="fail")
+    assert rec["exception"]["type"] == "KeyError"
+    with forward(ray_cluster, rec["id"]) as port:
+        seen = asyncio.run(attach_and_inspect(port, "doomed"))
+    assert seen["top"]["line"] == targets.line_of("raise_actor")
+    assert seen["value"] == "8"
+    with pytest.raises(KeyError):
+        ray.get(ref, timeout=60)
+
+
+def test_wait_timeout_continues_without_a_client(ray_cluster: str, gw: Any) -> None:
+    fast = ray.remote(targets.plain_task).options(runtime_env={"env_vars": {"RAYDBG_WAIT_TIMEOUT": "2"}})
+    started = time.monotonic()
+    ref = fast.remote(1)
+    wait_for_session(gw, function="plain_task", attachable=False)
+    assert ray.get(ref, timeout=90) == 4
+    assert time.monotonic() - started >= 2
