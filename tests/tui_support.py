@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -75,6 +76,7 @@ class FakeGateway:
 
     def __init__(self) -> None:
         self.address = "127.0.0.1:9999"
+        self.scripted: dict[str, ScriptedDebuggee] = {}
         self.sessions_list: list[dict[str, Any]] = []
         self.nodes_list: list[dict[str, Any]] = []
         self.events_list: list[dict[str, Any]] = []
@@ -108,6 +110,8 @@ class FakeGateway:
 
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]:
         self._check()
+        if sid in self.scripted:
+            return await self.scripted[sid].connect()
         if sid not in self.dap_ports:
             raise GatewayError(f"no paused session {sid}")
         return await open_tcp("127.0.0.1", self.dap_ports[sid])
@@ -150,3 +154,129 @@ async def until(pilot: Pilot[Any], check: Callable[[], bool], timeout: float = 5
     while not check():
         assert time.monotonic() < deadline, "condition not met in time"
         await pilot.pause(0.05)
+
+
+SCRIPTED_SOURCE = '''import torch
+
+
+def train_step(batch, model, lr=0.001):
+    """One optimisation step."""
+    loss = model(batch).mean()
+    breakpoint()
+    loss.backward()
+    for p in model.parameters():
+        p.data -= lr * p.grad
+    return loss.item()
+'''
+
+
+class ScriptedDebuggee:
+    """A deterministic debugpy stand-in on an in-memory pipe (for snapshot tests)."""
+
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    async def connect(self) -> tuple[ByteReader, ByteWriter]:
+        from dap_peer import FakePeer
+
+        peer = FakePeer()
+        asyncio.get_running_loop().create_task(self._serve(peer))
+        return peer.client_reader, peer.client_writer
+
+    async def _serve(self, peer: Any) -> None:
+        replies: dict[str, dict[str, Any]] = {
+            "initialize": {"supportsConfigurationDoneRequest": True},
+            "threads": {"threads": [{"id": 1, "name": "MainThread"}]},
+            "stackTrace": {
+                "stackFrames": [
+                    {
+                        "id": 11,
+                        "name": "train_step",
+                        "line": 8,
+                        "column": 1,
+                        "source": {"path": "/app/train.py"},
+                    },
+                    {
+                        "id": 12,
+                        "name": "main",
+                        "line": 40,
+                        "column": 1,
+                        "source": {"path": "/app/train.py"},
+                    },
+                    {
+                        "id": 13,
+                        "name": "execute_task",
+                        "line": 512,
+                        "column": 1,
+                        "source": {"path": "/ray/_private/worker.py"},
+                    },
+                ]
+            },
+            "scopes": {
+                "scopes": [
+                    {"name": "Locals", "variablesReference": 100},
+                    {"name": "Globals", "variablesReference": 200},
+                ]
+            },
+            "evaluate": {"result": repr(SCRIPTED_SOURCE), "variablesReference": 0},
+        }
+        variables = {
+            100: [
+                {
+                    "name": "batch",
+                    "value": "tensor(...)",
+                    "type": "Tensor",
+                    "variablesReference": 101,
+                    "evaluateName": "batch",
+                },
+                {
+                    "name": "loss",
+                    "value": "tensor(0.6931)",
+                    "type": "Tensor",
+                    "variablesReference": 102,
+                    "evaluateName": "loss",
+                },
+                {"name": "lr", "value": "0.001", "type": "float", "variablesReference": 0},
+                {
+                    "name": "model",
+                    "value": "Linear(in_features=8, out_features=1)",
+                    "type": "Linear",
+                    "variablesReference": 103,
+                },
+            ],
+        }
+        tensor_info = {
+            "batch": "((32, 8), 'torch.float32', 'cpu')",
+            "loss": "((), 'torch.float32', 'cpu')",
+        }
+        attach: dict[str, Any] | None = None
+        while True:
+            try:
+                request = await peer.read(timeout=3600)
+            except Exception:
+                return
+            command = request["command"]
+            self.commands.append(command)
+            if command == "attach":
+                attach = request
+                peer.event("initialized")
+                continue
+            if command == "configurationDone":
+                peer.respond(request)
+                assert attach is not None
+                peer.respond(attach)
+                peer.event("stopped", {"reason": "breakpoint", "threadId": 1})
+                continue
+            if command == "variables":
+                ref = request["arguments"]["variablesReference"]
+                peer.respond(request, {"variables": variables.get(ref, [])})
+                continue
+            if command == "evaluate" and request["arguments"]["context"] == "watch":
+                name = request["arguments"]["expression"].split("(")[2].split(".")[0]
+                peer.respond(request, {"result": tensor_info[name], "variablesReference": 0})
+                continue
+            if command == "disconnect":
+                peer.respond(request)
+                peer.close()
+                return
+            peer.respond(request, replies.get(command, {}))

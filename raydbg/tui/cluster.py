@@ -14,12 +14,11 @@ class ClusterPane(DataTable[Any]):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        self.border_title = "Cluster"
-        self._rows: dict[str, tuple[Any, ...]] = {}
-
-    def on_mount(self) -> None:
+        # Columns before mount: rows may arrive before on_mount runs.
         for column in NODE_COLUMNS:
             self.add_column(column, key=column)
+        self.border_title = "Cluster"
+        self._rows: dict[str, tuple[Any, ...]] = {}
 
     def update_nodes(self, nodes: list[dict[str, Any]]) -> None:
         nodes = sorted(nodes, key=lambda n: (not n.get("is_head"), str(n.get("node_ip", ""))))

@@ -17,7 +17,7 @@ from raydbg import records
 from raydbg.client import GatewayError
 from raydbg.dap import DapError, DapException
 from raydbg.tui.console import ConsoleView
-from raydbg.tui.debugger import DebugController
+from raydbg.tui.debugger import DebugController, is_local
 from raydbg.tui.format import last_line
 from raydbg.tui.gateway import TuiGateway
 from raydbg.tui.messages import DapClosed, DapEvent, EvaluateRequested, FrameSelected
@@ -59,7 +59,9 @@ class DebugScreen(Screen[None]):
         self.gateway = gateway
         self.session_id = session_id
         self.record = record
-        self.controller = DebugController(gateway, session_id, timeout=timeout)
+        self.controller = DebugController(
+            gateway, session_id, timeout=timeout, local=is_local((record or {}).get("node_ip"))
+        )
         self.leaving = False
         self.state = "attaching"
         self.attach_seconds: float | None = None  # Enter -> source and stack shown
@@ -103,6 +105,7 @@ class DebugScreen(Screen[None]):
         try:
             if self.record is None or self.record.get("state") == "starting":
                 await self._wait_attachable()
+                self.controller.local = is_local((self.record or {}).get("node_ip"))
             stopped = await self.controller.attach(
                 lambda event: self.post_message(DapEvent(event)),
                 lambda reason: self.post_message(DapClosed(reason)),
@@ -114,7 +117,6 @@ class DebugScreen(Screen[None]):
             return
         self.controller.stopped(stopped)
         await self._show_position()
-        self.attach_seconds = time.perf_counter() - self._started
 
     async def _wait_attachable(self, limit: float = 15.0) -> None:
         deadline = time.monotonic() + limit
@@ -148,6 +150,8 @@ class DebugScreen(Screen[None]):
         lines, scopes = await asyncio.gather(ctl.source_lines(frame), ctl.scopes(frame))
         path = frame.get("source", {}).get("path", "")
         self.query_one(SourceView).show(path, int(frame.get("line", 0)), lines)
+        if self.attach_seconds is None:  # the user sees where the task stopped from here on
+            self.attach_seconds = time.perf_counter() - self._started
         first = await ctl.variables(scopes[0]["variablesReference"]) if scopes else []
         self.query_one(VariablesView).show_scopes(
             [(scope, first if i == 0 else None) for i, scope in enumerate(scopes)]

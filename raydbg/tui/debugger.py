@@ -25,8 +25,11 @@ _SAFE_NAME = re.compile(r"^[\w.\[\]'\"()]+$")
 class DebugController:
     """Attach, follow the stopped thread, read frames/source/variables, step, detach."""
 
-    def __init__(self, gateway: TuiGateway, session_id: str, timeout: float = 15.0) -> None:
+    def __init__(
+        self, gateway: TuiGateway, session_id: str, timeout: float = 15.0, local: bool = False
+    ) -> None:
         self.gateway = gateway
+        self.local = local  # the debuggee runs on this machine: read its files directly
         self.session_id = session_id
         self.timeout = timeout
         self.client: DapClient | None = None
@@ -100,7 +103,9 @@ class DebugController:
         if path in self._sources:
             return self._sources[path]
         lines: list[str] = []
-        if path:
+        if path and self.local and os.path.isfile(path):
+            lines = _read_lines(path)  # saves a relayed round trip on the head node
+        elif path:
             expr = f"''.join(__import__('linecache').getlines({path!r}))"
             try:
                 # "clipboard" context: pydevd sends the whole value, not a 64K preview.
@@ -111,8 +116,7 @@ class DebugController:
             except (DapError, ValueError, SyntaxError):
                 lines = []
             if not lines and os.path.isfile(path):
-                with open(path, encoding="utf-8", errors="replace") as f:
-                    lines = f.read(MAX_SOURCE_CHARS).splitlines()
+                lines = _read_lines(path)
         self._sources[path] = lines
         return lines
 
@@ -171,3 +175,24 @@ class DebugController:
         except BaseException:
             self.running = False
             raise
+
+
+def _read_lines(path: str) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read(MAX_SOURCE_CHARS).splitlines()
+    except OSError:
+        return []
+
+
+def is_local(node_ip: str | None) -> bool:
+    """Whether ``node_ip`` is one of this machine's addresses."""
+    if not node_ip:
+        return False
+    try:
+        import psutil
+
+        addresses = {a.address for addrs in psutil.net_if_addrs().values() for a in addrs}
+    except Exception:
+        return False
+    return node_ip in addresses

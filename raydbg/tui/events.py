@@ -20,13 +20,12 @@ class EventsPane(DataTable[str]):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        # Columns before mount: rows may arrive before on_mount runs.
+        for column in EVENT_COLUMNS:
+            self.add_column(column, key=column)
         self.border_title = "Events"
         self.events: dict[str, dict[str, Any]] = {}
         self._order: list[str] = []
-
-    def on_mount(self) -> None:
-        for column in EVENT_COLUMNS:
-            self.add_column(column, key=column)
 
     def update_events(self, events: list[dict[str, Any]]) -> None:
         keyed = {str(e.get("id") or f"{e.get('ts')}-{i}"): e for i, e in enumerate(events)}

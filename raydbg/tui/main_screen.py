@@ -22,6 +22,7 @@ class MainScreen(Screen[None]):
     """The overview. Sessions refresh every ``refresh`` s; nodes and events less often."""
 
     BINDINGS = [
+        Binding("slash", "filter", "Filter"),
         Binding("tab", "app.focus_next", "Next pane", show=True),
         Binding("shift+tab", "app.focus_previous", "Prev pane", show=False),
     ]
@@ -67,6 +68,9 @@ class MainScreen(Screen[None]):
             self.post_message(GatewayState(True, ""))
             tick += 1
             await asyncio.sleep(self.refresh_interval)
+
+    def action_filter(self) -> None:
+        self.query_one(SessionsPane).action_filter()
 
     def on_sessions_updated(self, message: SessionsUpdated) -> None:
         self.query_one(SessionsPane).update_sessions(message.sessions)

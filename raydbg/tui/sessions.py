@@ -19,7 +19,6 @@ class SessionsPane(Vertical):
     """A table of session records; diff-updates rows so 500 sessions stay cheap."""
 
     BINDINGS = [
-        Binding("slash", "filter", "Filter"),
         Binding("escape", "clear_filter", "Clear filter", show=False),
     ]
 
@@ -36,12 +35,11 @@ class SessionsPane(Vertical):
         table: DataTable[str] = DataTable(
             id="sessions-table", cursor_type="row", zebra_stripes=True
         )
+        for column in SESSION_COLUMNS:  # before mount: rows may arrive first
+            table.add_column(column, key=column)
         yield table
 
     def on_mount(self) -> None:
-        table = self.query_one(DataTable)
-        for column in SESSION_COLUMNS:
-            table.add_column(column, key=column)
         self.query_one(Input).display = False
 
     @property
