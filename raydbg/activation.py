@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import sys
 from typing import Any
@@ -12,6 +11,7 @@ from raydbg import config
 HOOK_NAME = "raydbg.activation.runtime_env_hook"
 SETUP_HOOK_NAME = "raydbg.worker.hook.setup_hook"
 USER_ENV_HOOK = "RAYDBG_USER_RUNTIME_ENV_HOOK"
+CHAINED_NAME = "raydbg_chained_setup_hook"  # raydbg.worker.hook.chain's wrapper
 
 
 def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -35,28 +35,20 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
     elif isinstance(user_hook, str):
         env_vars["RAYDBG_USER_SETUP_HOOK"] = user_hook
         out["worker_process_setup_hook"] = SETUP_HOOK_NAME
-    elif not _is_chained(user_hook):
-        from raydbg.worker.hook import chained_setup_hook
+    elif getattr(user_hook, "__name__", "") != CHAINED_NAME:
+        from raydbg.worker.hook import chain
 
-        out["worker_process_setup_hook"] = functools.partial(chained_setup_hook, user_hook)
+        out["worker_process_setup_hook"] = chain(user_hook)
     out["env_vars"] = env_vars
     install_driver_breakpoint()
     return out
-
-
-def _is_chained(hook: Any) -> bool:
-    from raydbg.worker.hook import chained_setup_hook
-
-    return isinstance(hook, functools.partial) and hook.func is chained_setup_hook
 
 
 def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:
     """Named by RAY_RUNTIME_ENV_HOOK; Ray calls it in the driver during ray.init()."""
     user = os.environ.get(USER_ENV_HOOK)
     if user and user != HOOK_NAME:
-        from ray._private.utils import load_class
-
-        env = load_class(user)(env)
+        env = config.load_object(user)(env)
     if not config.is_active():
         return dict(env or {})
     return with_raydbg(env)

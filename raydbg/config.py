@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import os
+from typing import Any
 
 NAMESPACE = "raydbg"
 # Settings raydbg carries from the driver to every worker of the job.
@@ -51,3 +53,9 @@ def carried_env() -> dict[str, str]:
         if name in os.environ:
             out[name] = os.environ[name]
     return out
+
+
+def load_object(path: str) -> Any:
+    """`package.module.name` -> the object (the format Ray's hook variables use)."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)

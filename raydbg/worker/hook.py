@@ -59,16 +59,21 @@ def setup_hook() -> None:
     _run_user_hook()
 
 
-def chained_setup_hook(user_hook: Any) -> None:
-    """Variant for a user hook given as a callable (Ray pickles this partial)."""
-    setup_hook()
-    user_hook()
+CHAINED_NAME = "raydbg_chained_setup_hook"
+
+
+def chain(user_hook: Any) -> Any:
+    """For a user hook given as a callable: a named function Ray can export (and pickle)."""
+
+    def raydbg_chained_setup_hook() -> None:
+        setup_hook()
+        user_hook()
+
+    return raydbg_chained_setup_hook
 
 
 def _run_user_hook() -> None:
     name = os.environ.get(USER_HOOK_ENV)
     if not name:
         return
-    from ray._private.utils import load_class
-
-    load_class(name)()
+    config.load_object(name)()

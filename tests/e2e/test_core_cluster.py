@@ -1,0 +1,207 @@
+"""Agents start on their own, dead sessions are collected, nothing opens without the token,
+user hooks still run, and a driver breakpoint is a local pdb prompt."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import psutil
+import pytest
+import ray
+
+from e2e import targets
+from e2e.conftest import (
+    REPO,
+    attach_and_inspect,
+    forward,
+    gateway,
+    raydbg_cli,
+    start_cluster,
+    wait_for_session,
+    wait_gone,
+)
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[str]:
+    address = start_cluster(RAYDBG_WAIT_TIMEOUT="120")
+    yield address
+    ray.shutdown()
+    for name in ("RAY_DEBUG", "RAYDBG_WAIT_TIMEOUT"):
+        os.environ.pop(name, None)
+
+
+def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> None:
+    before = raydbg_cli(cluster, "list")
+    assert before.returncode == 1 and "raydbg up" in before.stderr  # one clear line, no traceback
+    assert "Traceback" not in before.stderr
+    ref = ray.remote(targets.plain_task).remote(2)
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        status = raydbg_cli(cluster, "status", "--json")
+        if status.returncode == 0:
+            break
+        time.sleep(0.5)
+    info = json.loads(status.stdout)
+    assert info["agents"] and info["agents"][0]["is_head"] and info["gateway"]
+    gw = gateway(cluster)
+    rec = wait_for_session(gw, function="plain_task")
+    with forward(cluster, rec["id"]) as port:
+        asyncio.run(attach_and_inspect(port, "local_value"))
+    assert ray.get(ref, timeout=60) == 7
+
+
+def test_killed_paused_worker_is_collected(cluster: str) -> None:
+    gw = gateway(cluster)
+    ref = ray.remote(max_retries=0)(targets.plain_task).remote(3)
+    rec = wait_for_session(gw, function="plain_task")
+    psutil.Process(rec["pid"]).kill()
+    started = time.monotonic()
+    wait_gone(gw, rec["id"], timeout=10)
+    assert time.monotonic() - started < 5
+    with pytest.raises(ray.exceptions.RayError):
+        ray.get(ref, timeout=60)
+
+
+def _refused(gw: Any) -> dict[str, int]:
+    return dict(asyncio.run(gw.status())["refused"])
+
+
+async def _probe(address: str, sid: str) -> dict[str, Any]:
+    """Every way in without the right token: each must be refused."""
+    host, port = address.rsplit(":", 1)
+    out: dict[str, Any] = {}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"http://{address}/api/v1/sessions") as resp:
+            out["no_token"] = resp.status
+        async with http.get(f"http://{address}/api/v1/sessions", headers={"Authorization": "Bearer nope"}) as resp:
+            out["wrong_token"] = resp.status
+        try:
+            await http.ws_connect(f"http://{address}/api/v1/sessions/{sid}/dap",
+                                  headers={"Authorization": "Bearer nope"})
+            out["ws_wrong_token"] = 101
+        except aiohttp.WSServerHandshakeError as exc:
+            out["ws_wrong_token"] = exc.status
+    reader, writer = await asyncio.open_connection(host, int(port))
+    # A DAP client talking straight to the gateway port, as if it were debugpy.
+    body = json.dumps({"seq": 1, "type": "request", "command": "initialize", "arguments": {}}).encode()
+    writer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    await writer.drain()
+    out["raw_dap"] = await asyncio.wait_for(reader.read(200), 5)
+    writer.close()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(os.urandom(64) + b"\r\n\r\n")
+    await writer.drain()
+    out["garbage"] = await asyncio.wait_for(reader.read(200), 5)
+    writer.close()
+    # A bare connect+close must not wedge anything either.
+    socket.create_connection((host, int(port)), timeout=5).close()
+    return out
+
+
+def test_nothing_accepts_dap_without_the_token(cluster: str) -> None:
+    gw = gateway(cluster)
+    ref = ray.remote(targets.plain_task).remote(4)
+    rec = wait_for_session(gw, function="plain_task")
+    before = _refused(gw)
+    agents = asyncio.run(gw.status())["agents"]
+    for agent in agents:
+        out = asyncio.run(_probe(f"{agent['node_ip']}:{agent['port']}", rec["id"]))
+        assert out["no_token"] == 401 and out["wrong_token"] == 401 and out["ws_wrong_token"] == 401
+        assert b"Content-Length" not in out["raw_dap"] or b"401" in out["raw_dap"] or b"400" in out["raw_dap"]
+        assert out["garbage"].startswith(b"HTTP/1.") and b" 400 " in out["garbage"]
+    after = _refused(gw)
+    assert after.get("no token", 0) > before.get("no token", 0)
+    assert after.get("bad token", 0) >= before.get("bad token", 0) + 2
+    assert after.get("malformed", 0) >= before.get("malformed", 0) + 2
+    # debugpy in the worker listens on loopback only (the other listener is Ray's own gRPC).
+    from raydbg import registry
+
+    debug_port = registry.get(registry.SESSION + rec["id"])["port"]
+    listening = [c for c in psutil.Process(rec["pid"]).net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN and c.laddr.port == debug_port]
+    assert listening and all(c.laddr.ip == "127.0.0.1" for c in listening)
+    # ... and the session still attaches with the right token afterwards.
+    with forward(cluster, rec["id"]) as port:
+        seen = asyncio.run(attach_and_inspect(port, "local_value"))
+    assert seen["value"] == "12"
+    assert ray.get(ref, timeout=60) == 13
+
+
+def test_cli_errors_are_one_line(cluster: str) -> None:
+    unknown = raydbg_cli(cluster, "forward", "feedfacefeed", "--port", "0")
+    assert unknown.returncode == 1 and "no paused session feedfacefeed" in unknown.stderr
+    bad = subprocess.run([sys.executable, "-m", "raydbg", "list"], capture_output=True, text=True,
+                         env={**os.environ, "RAY_ADDRESS": cluster, "RAYDBG_TOKEN": "wrong"}, cwd=REPO)
+    assert bad.returncode == 1 and "refused the token" in bad.stderr
+    for out in (unknown, bad):
+        assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ref = ray.remote(targets.plain_task).remote(5)
+        rec = wait_for_session(gateway(cluster), function="plain_task")
+        busy = raydbg_cli(cluster, "forward", rec["id"], "--port", str(taken.getsockname()[1]))
+    assert busy.returncode == 1 and "cannot listen" in busy.stderr
+    with forward(cluster, rec["id"]) as port:
+        asyncio.run(attach_and_inspect(port, "local_value"))
+    assert ray.get(ref, timeout=60) == 16
+
+
+JOB = """
+import os, ray
+from e2e import targets
+ray.init(address=os.environ["GCS"], runtime_env={"worker_process_setup_hook": targets.setup_hook_marker})
+print("HOOKS", ray.get(ray.remote(targets.user_hook_ran).remote()),
+      ray.get(ray.remote(targets.user_env_hook_ran).remote()), flush=True)
+print("RESULT", ray.get(ray.remote(targets.plain_task).remote(10)), flush=True)
+"""
+
+
+def test_ray_debug_env_alone_activates_and_chains_user_hooks(cluster: str, tmp_path: Path) -> None:
+    """An unchanged job: RAY_DEBUG=1 in its environment, its own setup and runtime-env hooks."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB))
+    env = {**os.environ, "RAY_DEBUG": "1", "GCS": cluster, "RAYDBG_WAIT_TIMEOUT": "120",
+           "PYTHONPATH": str(REPO / "tests"), "RAY_RUNTIME_ENV_HOOK": "e2e.targets.user_runtime_env_hook"}
+    job = subprocess.Popen([sys.executable, str(script)], env=env, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        assert raydbg_cli(cluster, "up").returncode == 0
+        gw = gateway(cluster)
+        rec = wait_for_session(gw, function="plain_task", timeout=60)
+        with forward(cluster, rec["id"]) as port:
+            asyncio.run(attach_and_inspect(port, "local_value"))
+        output, _ = job.communicate(timeout=120)
+    except AssertionError:
+        job.kill()
+        raise AssertionError(job.communicate()[0]) from None
+    finally:
+        job.kill()
+    assert "HOOKS yes ran" in output
+    assert "RESULT 31" in output
+
+
+def test_driver_breakpoint_is_a_local_pdb_prompt(cluster: str, tmp_path: Path) -> None:
+    script = tmp_path / "driver.py"
+    script.write_text("x = 41\nbreakpoint()\nprint('after', x)\n")
+    env = {**os.environ, "RAY_DEBUG": "1"}
+    out = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import ray, runpy
+        ray.init(address={cluster!r})
+        runpy.run_path({str(script)!r})
+        """)], input="p x + 1\nc\n", env=env, capture_output=True, text=True, timeout=120)
+    assert "(Pdb)" in out.stdout and "42" in out.stdout and "after 41" in out.stdout, out.stdout + out.stderr
