@@ -4,9 +4,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint install clean
+.PHONY: demo test lint vscode-test install clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
@@ -22,9 +22,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check raydbg sd_reference tests examples benchmarks
 	$(BIN)/mypy
 
-test: $(STAMP)
-	$(BIN)/ruff check raydbg sd_reference tests examples benchmarks
-	$(BIN)/mypy
+vscode-test:
+	cd vscode-ext && npm ci --no-audit --no-fund && npm test
+
+# npm ci first: the Python tests of the extension need its node_modules.
+test: $(STAMP) lint vscode-test
 	$(BIN)/python -m pytest -q tests
 
 clean:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import sys
 import time
@@ -51,7 +52,7 @@ def _connect_ray() -> None:
 
     address = os.environ.get("RAY_ADDRESS") or "auto"
     try:
-        ray.init(address=address, namespace="raydbg", logging_level="ERROR", log_to_driver=False)
+        ray.init(address=address, namespace="raydbg", logging_level=logging.ERROR, log_to_driver=False)
     except ConnectionError as exc:
         raise UserError(f"no Ray cluster to connect to ({exc}); start one with `ray start --head`") from None
 

@@ -8,7 +8,7 @@ from typing import Any
 
 NAMESPACE = "raydbg"
 # Settings raydbg carries from the driver to every worker of the job.
-CARRIED_PREFIXES = ("RAYDBG_",)
+CARRIED_PREFIXES = ("RAYDBG_", "OTEL_")
 CARRIED_NAMES = ("RAY_DEBUG", "RAY_DEBUG_POST_MORTEM")
 
 

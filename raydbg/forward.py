@@ -64,7 +64,11 @@ class Forwarder:
                 log.error("raydbg forward: %s", exc)
                 writer.close()
                 return
-            await asyncio.gather(_pipe_in(reader, ws), _pipe_out(ws, writer))
+            try:
+                await asyncio.gather(_pipe_in(reader, ws), _pipe_out(ws, writer))
+            except asyncio.CancelledError:
+                # The forwarder is closing; end quietly (asyncio logs a cancelled handler).
+                writer.close()
 
     async def close(self) -> None:
         if self.server is not None:

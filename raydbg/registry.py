@@ -27,7 +27,7 @@ def use_client(client: Any) -> None:
 
 
 def connect(gcs_address: str) -> None:
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     use_client(GcsClient(address=gcs_address))
 

@@ -28,6 +28,9 @@ class NodeAgent:
     def __init__(self, node_id: str, is_head: bool) -> None:
         import ray
 
+        from raydbg import telemetry
+
+        telemetry.setup("agent")
         self.node_id = node_id
         self.is_head = is_head
         self.node_ip = ray.util.get_node_ip_address()

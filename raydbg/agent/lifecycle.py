@@ -109,3 +109,8 @@ def down() -> int:
         stopped += 1
     registry.delete(registry.GATEWAY)
     return stopped
+
+
+def gateway_address() -> str | None:
+    info = registry.get(registry.GATEWAY)
+    return str(info["address"]) if info else None

@@ -15,13 +15,18 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 import raydbg
-from raydbg import auth, registry
+from raydbg import auth, registry, telemetry
 from raydbg.agent import relay
+from raydbg.telemetry import prometheus
 
 log = logging.getLogger("raydbg.agent")
 
 # Fields of a session record that stay inside raydbg (the loopback debugpy port).
 PRIVATE_FIELDS = ("port",)
+
+
+RELAY = telemetry.counter("raydbg.relay.connections", "{connection}", "Relay and API connections")
+ACTIVE = telemetry.up_down_counter("raydbg.relay.active", "{connection}", "Open DAP relays")
 
 
 def public(rec: dict[str, Any]) -> dict[str, Any]:
@@ -55,6 +60,7 @@ class AgentServer:
 
     def refuse(self, request: web.Request, reason: str) -> None:
         self.refused[reason] += 1
+        RELAY.add(1, outcome="refused", reason=reason)
         log.warning("raydbg agent: refused %s %s from %s (%s)", request.method, request.path, request.remote, reason)
 
     @web.middleware
@@ -74,6 +80,7 @@ class AgentServer:
             def log(self, request: Any, response: Any, time: float) -> None:
                 if response.status == 400 and not request.get("raydbg_parsed"):
                     server.refused["malformed"] += 1
+                    RELAY.add(1, outcome="refused", reason="malformed")
                     log.warning("raydbg agent: refused malformed request from %s", request.remote)
 
             @property
@@ -93,6 +100,7 @@ class AgentServer:
             web.get("/api/v1/events", self.events),
             web.get("/api/v1/agents", self.agents),
             web.get("/api/v1/stream", self.stream),
+            web.get("/metrics", prometheus.metrics_handler),
             *self.extra_routes,
         ])
         return app
@@ -169,6 +177,15 @@ class AgentServer:
         ws = web.WebSocketResponse(max_msg_size=0)
         await ws.prepare(request)
         self.relays += 1
+        RELAY.add(1, outcome="accepted", reason="dap")
+        ACTIVE.add(1)
+        try:
+            return await self._relay(ws, rec, sid, mine, pid)
+        finally:
+            ACTIVE.add(-1)
+
+    async def _relay(self, ws: web.WebSocketResponse, rec: dict[str, Any], sid: str, mine: bool,
+                     pid: int) -> web.WebSocketResponse:
         if not mine:
             agent = await self._blocking(registry.get, registry.AGENT + str(rec.get("node_id")))
             if agent is None:

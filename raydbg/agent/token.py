@@ -8,7 +8,7 @@ from raydbg import auth, registry
 def ray_auth_token() -> str | None:
     try:
         from ray._private.authentication.authentication_utils import is_token_auth_enabled
-        from ray._raylet import AuthenticationTokenLoader
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
 
         if is_token_auth_enabled():
             raw = AuthenticationTokenLoader.instance().get_raw_token()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 import traceback
 from types import FrameType
 
@@ -13,6 +14,35 @@ from raydbg.records import SessionRecord, new_session_id
 from raydbg.worker import context, debugger
 
 log = logging.getLogger("raydbg.worker")
+
+
+
+class _Metrics:
+    """Created after the record is published: importing OpenTelemetry costs ~130 ms cold."""
+
+    def __init__(self) -> None:
+        from raydbg import telemetry
+
+        telemetry.setup("worker")  # idempotent; only a pausing worker pays for it
+        self.telemetry = telemetry
+        self.paused = telemetry.counter("raydbg.session.paused", "{session}", "Debug sessions opened by a pause")
+        self.attached = telemetry.counter("raydbg.session.attached", "{session}", "Sessions a client attached to")
+        self.timed_out = telemetry.counter(
+            "raydbg.session.timed_out", "{session}", "Sessions nobody attached to in time"
+        )
+        self.duration = telemetry.histogram(
+            "raydbg.session.pause.duration", "s", "How long a thread stayed paused"
+        )
+
+
+_metrics: _Metrics | None = None
+
+
+def metrics() -> _Metrics:
+    global _metrics
+    if _metrics is None:
+        _metrics = _Metrics()
+    return _metrics
 
 
 def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None) -> SessionRecord:
@@ -46,10 +76,25 @@ def _publish(rec: SessionRecord) -> None:
 def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None) -> bool:
     """Pause this thread at `frame` for a remote client; False if nobody came in time."""
     rec = build_record(frame, reason, exc_info)
-    _publish(rec)  # listed at once, before debugpy has started (~750 ms in a fresh worker)
+    _publish(rec)  # listed at once, before debugpy has started
     from raydbg.agent.lifecycle import ensure_agents_soon
 
     ensure_agents_soon(rec.node_id)
+    m = metrics()
+    m.paused.add(1, reason=reason)
+    outcome = "resumed"
+    with m.telemetry.span("raydbg.session.pause", reason=reason) as span:
+        span.set_attribute("raydbg.session.id", rec.id)
+        try:
+            outcome = _serve(rec, frame, reason, exc_info)
+        finally:
+            span.set_attribute("outcome", outcome)
+            m.duration.record(time.time() - rec.since, reason=reason, outcome=outcome)
+    return outcome == "resumed"
+
+
+def _serve(rec: SessionRecord, frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None) -> str:
+    """Wait for clients until one resumes the thread; the outcome names how it ended."""
     try:
         host = rec.node_ip if config.compat_bind_node_ip() else "127.0.0.1"
         rec.port = debugger.ensure_listening(host)
@@ -64,11 +109,13 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
                     rec.id, timeout, what,
                 )
                 _event("session.timeout", rec)
-                return False
+                metrics().timed_out.add(1, reason=reason)
+                return "timed_out"
             rec.state = "attached"
             _publish(rec)
+            metrics().attached.add(1, reason=reason)
             if debugger.suspend(frame, exc_info):
-                return True
+                return "resumed"
             rec.state = "waiting"  # the client left without seeing this stop
             _publish(rec)
     finally:
