@@ -9,7 +9,7 @@ from setuptools.command.editable_wheel import editable_wheel
 # One line, executed by site.py at every interpreter start: cheap, and silent if raydbg is gone.
 PTH = (
     "import os; os.environ.get('RAY_DEBUG', '').strip().lower() in "
-    "('1', 'true', 'yes', 'on', 'raydbg') and __import__('importlib.util').util.find_spec('raydbg') "
+    "('1', 'true', 'yes', 'on', 'raydbg') and os.environ.get('RAYDBG_DISABLE') != '1' and __import__('importlib.util').util.find_spec('raydbg') "
     "and __import__('raydbg._pth_hook')\n"
 )
 

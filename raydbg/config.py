@@ -17,7 +17,10 @@ def debug_flag() -> str:
 
 
 def is_active() -> bool:
-    """raydbg owns breakpoint() when RAY_DEBUG is on; unset or `legacy` leaves Ray alone."""
+    """raydbg owns breakpoint() when RAY_DEBUG is on; unset, `legacy` or RAYDBG_DISABLE=1
+    leaves Ray (and its own debugger) alone."""
+    if os.environ.get("RAYDBG_DISABLE", "0") == "1":
+        return False
     return debug_flag() in ("1", "true", "yes", "on", "raydbg")
 
 
