@@ -1,0 +1,157 @@
+"""Unit tests of the debugger core's pure parts: records, relay rewriting, tokens, activation."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from raydbg import activation, auth, config, records
+from raydbg.agent.dap_rewrite import DapReframer, DapStreamError, encode
+
+
+def _frame(message: dict) -> bytes:
+    return encode(message)
+
+
+def test_reframer_rewrites_attach_and_continue_for_per_thread_sessions() -> None:
+    r = DapReframer()
+    attach = {"seq": 2, "type": "request", "command": "attach", "arguments": {"justMyCode": True}}
+    cont = {"seq": 3, "type": "request", "command": "continue", "arguments": {"threadId": 7}}
+    out = r.feed(_frame(attach) + _frame(cont))
+    assert len(out) == 2
+    first = json.loads(out[0].split(b"\r\n\r\n", 1)[1])
+    second = json.loads(out[1].split(b"\r\n\r\n", 1)[1])
+    assert first["arguments"] == {"justMyCode": True, "stopAllThreadsOnSuspend": False,
+                                  "steppingResumesAllThreads": False}
+    assert second["arguments"] == {"threadId": 7, "singleThread": True}
+
+
+def test_reframer_keeps_a_clients_own_choice_and_other_messages() -> None:
+    r = DapReframer()
+    attach = {"seq": 1, "type": "request", "command": "attach", "arguments": {"stopAllThreadsOnSuspend": True}}
+    other = {"seq": 2, "type": "request", "command": "threads"}
+    out = [json.loads(b.split(b"\r\n\r\n", 1)[1]) for b in r.feed(_frame(attach) + _frame(other))]
+    assert out[0]["arguments"]["stopAllThreadsOnSuspend"] is True
+    assert out[1] == other
+
+
+def test_reframer_handles_split_bytes() -> None:
+    r = DapReframer()
+    data = _frame({"seq": 1, "type": "request", "command": "threads"})
+    got = []
+    for i in range(len(data)):
+        got += r.feed(data[i:i + 1])
+    assert len(got) == 1 and got[0] == data
+
+
+@pytest.mark.parametrize("junk", [b"GET / HTTP/1.1\r\n\r\n", b"Content-Length: x\r\n\r\n",
+                                  b"Content-Length: 3\r\n\r\n[1]", b"Content-Length: 3\r\n\r\n{{{",
+                                  b"A" * 5000])
+def test_reframer_refuses_what_is_not_dap(junk: bytes) -> None:
+    with pytest.raises(DapStreamError):
+        DapReframer().feed(junk)
+
+
+def test_record_json_and_labels() -> None:
+    rec = records.SessionRecord(id="abc", job_id="01000000", pid=1, thread_id=2, thread_name="MainThread",
+                                file="/x.py", line=3, function="f", reason="exception",
+                                exception={"type": "ValueError", "message": "bad", "traceback": ""},
+                                task_name="Counter.add", train_rank=0, since=100.0)
+    data = json.loads(rec.to_json())
+    assert data["attachable"] is False and data["state"] == "starting"
+    assert records.SessionRecord.from_dict(data) == rec
+    assert records.label(data) == "Counter.add [rank 0]"
+    assert records.reason_text(data) == "ValueError: bad"
+    assert records.paused_for(data, now=100.0 + 125) == "2m05s"
+
+
+def test_token_file_is_private_and_client_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "dir" / "token"
+    auth.write_private(path, "secret")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    monkeypatch.setattr(auth, "RAYDBG_TOKEN_PATH", path)
+    monkeypatch.delenv("RAYDBG_TOKEN", raising=False)
+    monkeypatch.setenv("RAY_AUTH_TOKEN", "ray-token")
+    assert auth.client_token() == "secret"
+    monkeypatch.setenv("RAYDBG_TOKEN", "env-token")
+    assert auth.client_token() == "env-token"
+    other = tmp_path / "other"
+    other.write_text("from-file\n")
+    assert auth.client_token(str(other)) == "from-file"
+    with pytest.raises(auth.TokenError):
+        auth.client_token(str(tmp_path / "missing"))
+
+
+def test_token_check_is_exact() -> None:
+    assert auth.check("abc", "abc")
+    assert not auth.check("abd", "abc") and not auth.check(None, "abc") and not auth.check("", "abc")
+    assert auth.bearer("Bearer xyz") == "xyz" and auth.bearer("Basic xyz") is None
+
+
+def test_with_raydbg_chains_user_hooks_and_carries_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAY_DEBUG", "1")
+    monkeypatch.setenv("RAYDBG_WAIT_TIMEOUT", "5")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://x")
+    env = activation.with_raydbg({"env_vars": {"RAYDBG_WAIT_TIMEOUT": "9"},
+                                  "worker_process_setup_hook": "my.module.hook"})
+    assert env["worker_process_setup_hook"] == activation.SETUP_HOOK_NAME
+    assert env["env_vars"]["RAYDBG_USER_SETUP_HOOK"] == "my.module.hook"
+    assert env["env_vars"]["RAYDBG_WAIT_TIMEOUT"] == "9"  # the job's own value wins
+    assert env["env_vars"]["RAY_DEBUG"] == "1"
+    assert env["env_vars"]["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://x"
+
+    def user_hook() -> None:
+        pass
+
+    chained = activation.with_raydbg({"worker_process_setup_hook": user_hook})
+    hook = chained["worker_process_setup_hook"]
+    assert callable(hook) and hook.__name__ == activation.CHAINED_NAME
+    again = activation.with_raydbg(chained)
+    assert again["worker_process_setup_hook"] is hook  # idempotent, never chained twice
+
+
+def test_enable_in_environ_keeps_a_users_hook() -> None:
+    environ = {"RAY_RUNTIME_ENV_HOOK": "user.hook"}
+    activation.enable_in_environ(environ)
+    assert environ["RAY_RUNTIME_ENV_HOOK"] == activation.HOOK_NAME
+    assert environ[activation.USER_ENV_HOOK] == "user.hook"
+    activation.enable_in_environ(environ)
+    assert environ[activation.USER_ENV_HOOK] == "user.hook"
+
+
+@pytest.mark.parametrize("flag,disable,active", [("1", None, True), ("legacy", None, False), ("", None, False),
+                                                 ("0", None, False), ("1", "1", False)])
+def test_is_active(monkeypatch: pytest.MonkeyPatch, flag: str, disable: str | None, active: bool) -> None:
+    monkeypatch.setenv("RAY_DEBUG", flag)
+    if disable:
+        monkeypatch.setenv("RAYDBG_DISABLE", disable)
+    else:
+        monkeypatch.delenv("RAYDBG_DISABLE", raising=False)
+    assert config.is_active() is active
+
+
+def test_wait_timeout_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    for raw, want in [("", None), ("2.5", 2.5), ("0", None), ("abc", None)]:
+        monkeypatch.setenv("RAYDBG_WAIT_TIMEOUT", raw)
+        assert config.wait_timeout() == want
+
+
+def test_pth_hook_is_installed_and_cheap() -> None:
+    import site
+    import subprocess
+    import sys
+
+    paths = [Path(p) / "raydbg_activate.pth" for p in site.getsitepackages()]
+    assert any(p.exists() for p in paths), "raydbg_activate.pth missing from site-packages"
+    code = "import os; print(os.environ.get('RAY_RUNTIME_ENV_HOOK'))"
+    on = subprocess.run([sys.executable, "-c", code], env={**os.environ, "RAY_DEBUG": "1"},
+                        capture_output=True, text=True)
+    off = subprocess.run([sys.executable, "-c", code], env={k: v for k, v in os.environ.items()
+                                                          if k not in ("RAY_DEBUG", "RAY_RUNTIME_ENV_HOOK")},
+                         capture_output=True, text=True)
+    assert on.stdout.strip() == activation.HOOK_NAME
+    assert off.stdout.strip() == "None"
