@@ -96,8 +96,16 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
 def _serve(rec: SessionRecord, frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None) -> str:
     """Wait for clients until one resumes the thread; the outcome names how it ended."""
     try:
-        host = rec.node_ip if config.compat_bind_node_ip() else "127.0.0.1"
+        host = "127.0.0.1"
+        if config.compat_bind_node_ip():
+            host = "0.0.0.0"  # node IP and loopback: Ray's tooling dials the former, the relay the latter
         rec.port = debugger.ensure_listening(host)
+        if host != "127.0.0.1":
+            log.warning(
+                "raydbg COMPATIBILITY MODE (RAYDBG_COMPAT_BIND_NODE_IP=1): the debugger of worker %s "
+                "listens on %s:%s WITHOUT authentication; anyone who can reach this node can run "
+                "code in this process while it is paused", rec.pid, rec.node_ip, rec.port,
+            )
         rec.state = "waiting"
         _publish(rec)
         timeout = config.wait_timeout()
