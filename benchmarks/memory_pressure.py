@@ -23,15 +23,22 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import memory_pressure as mp  # noqa: E402
+import memory_workload as mp  # noqa: E402
 
 MODES = ["kernel", "ray", "raydbg", "both"]
 SCENARIOS = {
     # limit: ~0.6 GiB Ray + actor + two tasks fit under raydbg's 0.9 threshold, three do not.
     "slow": mp.Scenario(limit_mb=3400, tasks=3, peak_mb=900, rate_mb_s=150, zero_retry=[1]),
     "fast": mp.Scenario(limit_mb=3400, tasks=3, peak_mb=900, rate_mb_s=1000, zero_retry=[1]),
+    # Six at once (num_cpus=6), two of them max_retries=0 calls of the same function.
     "many": mp.Scenario(
-        limit_mb=3400, tasks=6, peak_mb=600, rate_mb_s=300, stagger_s=0.3, zero_retry=[1, 4]
+        limit_mb=3400,
+        tasks=6,
+        peak_mb=600,
+        rate_mb_s=300,
+        stagger_s=0.3,
+        zero_retry=[1, 4],
+        num_cpus=6,
     ),
 }
 

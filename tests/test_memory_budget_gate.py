@@ -45,6 +45,12 @@ class FakeGcs:
         return len(gone)
 
 
+@pytest.fixture(autouse=True)
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
+    return tmp_path / "run"
+
+
 @pytest.fixture
 def gcs() -> Any:
     fake = FakeGcs()
@@ -181,9 +187,18 @@ def test_before_task_holds_a_retry_after_a_raydbg_kill(
         return 1.5
 
     monkeypatch.setattr(gate, "wait_until", fake_wait)
-    gate.before_task()
+    gate.before_task("grow")
     err = capsys.readouterr().err
     assert waits == [60.0] and "event ev42" in err and "held 1.5s" in err
+    from raydbg.memory import local
+
+    rec = local.read_running([os.getpid()])[os.getpid()]
+    assert (rec["task_id"], rec["attempt"], rec["name"], rec["job_id"]) == (
+        TID,
+        1,
+        "grow",
+        "01000000",
+    )
 
 
 def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -221,7 +236,7 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
         FunctionActorManager, "get_execution_info", lambda self, job, d: infos[d.kind]
     )
     ran: list[int] = []
-    monkeypatch.setattr(gate, "before_task", lambda: ran.append(1))
+    monkeypatch.setattr(gate, "before_task", lambda name: ran.append(1))
     assert gate.install_worker_gate() and gate.install_worker_gate()  # idempotent
     mgr = FunctionActorManager.__new__(FunctionActorManager)
     got = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))

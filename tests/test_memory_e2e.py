@@ -10,7 +10,7 @@ import pytest
 from raydbg.memory.sandbox import ChildCgroup, SandboxError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
-import memory_pressure  # noqa: E402
+import memory_workload  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
@@ -29,11 +29,11 @@ def test_raydbg_kills_newest_retriable_task_before_the_kernel() -> None:
     if why:
         pytest.skip(why)
     # Node: ~0.6 GiB Ray + 0.3 GiB non-restartable actor; two 0.9 GiB tasks fit, three do not.
-    sc = memory_pressure.Scenario(
+    sc = memory_workload.Scenario(
         limit_mb=3400, tasks=3, peak_mb=900, rate_mb_s=300, hold_s=1.0, stagger_s=0.6,
         zero_retry=[1], actor_mb=300,
     )  # fmt: skip
-    r = memory_pressure.run("raydbg", sc, timeout=120)
+    r = memory_workload.run("raydbg", sc, timeout=120)
     assert "results" in r, r.get("driver_tail")
     assert r["kernel_oom_kills"] == 0
     assert [x["status"] for x in r["results"]] == ["ok", "ok", "ok"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -321,7 +323,7 @@ class BrokenView:
     def actors(self, node_id: str) -> list[ActorRow]:
         return []
 
-    def budgets(self, task_ids: list[str]) -> dict[str, int]:
+    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
         return {}
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
@@ -335,3 +337,57 @@ def test_resolver_degrades_to_unknown_when_gcs_fails(tmp_path: Path) -> None:
     r = Resolver(BrokenView(), roots=Roots(proc=proc))
     out = {c.pid: c for c in r.candidates({1: pm(1, GiB), 2: pm(2, MiB)}, {})}
     assert r.errors == 1 and out[1].retries_left is None and out[2].kind == "idle"
+
+
+def test_local_records_roundtrip_and_prune(tmp_path: Path) -> None:
+    from raydbg.memory import local
+
+    d = tmp_path / "run"
+    local.write_running("t1", 2, "grow", "01000000", d)
+    me = os.getpid()
+    assert local.read_running([me, 1], d)[me]["attempt"] == 2
+    write(d / "999999999", "{}")
+    write(d / "junk", "x")
+    assert local.prune(d) == 1 and {p.name for p in d.iterdir()} == {"junk", str(me)}
+
+
+def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
+    from raydbg.memory.whois import merge_local
+
+    gcs = [TaskRow("old", 0, "f", "j", "caller", 10, "n", 100.0)]
+    recs = {
+        10: {"task_id": "new", "attempt": 1, "name": "mod.f", "job_id": "j", "start": 200.0},
+        11: {"task_id": "t11", "attempt": 0, "name": "g", "job_id": "j", "start": 150.0},
+        12: {"task_id": "t12", "attempt": 0, "name": "g", "job_id": "j", "start": 150.0},
+        13: {"task_id": "t13", "attempt": 0, "name": "g", "job_id": "j", "start": 150.0},
+    }
+    titles = {10: "f", 11: "g", 12: "IDLE", 13: "h"}  # 12 idle, 13 moved on: stale
+    out = merge_local(gcs, recs, titles, "n")
+    assert {(t.task_id, t.worker_pid) for t in out} == {("old", 10), ("new", 10), ("t11", 11)}
+    # GCS caught up with pid 10: no duplicate from the local record.
+    gcs2 = [TaskRow("new", 1, "f", "j", "caller", 10, "n", 200.1)]
+    assert [t.task_id for t in merge_local(gcs2, {10: recs[10]}, titles, "n")] == ["new"]
+
+
+class FreshView(BrokenView):
+    def running_tasks(self, node_id: str) -> list[TaskRow]:
+        return []  # GCS has not heard of the task yet
+
+    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+        return {"t1": {"max_retries": 0, "parent": "drv"}}
+
+
+def test_resolver_knows_a_fresh_task_from_its_local_record(tmp_path: Path) -> None:
+    from raydbg.memory import local
+
+    proc = tmp_path / "proc"
+    write(proc / "1" / "cmdline", "ray::grow\0")
+    d = tmp_path / "run"
+    (d).mkdir()
+    (d / "1").write_text(
+        json.dumps({"task_id": "t1", "attempt": 0, "name": "grow", "job_id": "j", "start": 150.0})
+    )
+    r = Resolver(FreshView(), roots=Roots(proc=proc), run_dir=d)
+    (c,) = r.candidates({1: pm(1, GiB)}, {})
+    assert (c.task_id, c.retries_left, c.owner) == ("t1", 0, "drv") and not c.retriable
+    assert local.read_running([1], d)

@@ -152,6 +152,12 @@ def test_idle_workers_are_cheapest() -> None:
     assert d.victims[0].reason.startswith("idle worker")
 
 
+def test_idle_workers_first_when_together_enough() -> None:
+    idles = tuple(Candidate(pid=10 + i, memory=300 * MiB, kind=IDLE) for i in range(3))
+    d = decide(Snapshot(OVER, LIMIT, (task(1, 3 * GiB, 1), *idles)), CFG)  # need 796 MiB
+    assert [v.candidate.pid for v in d.victims] == [10, 11, 12]
+
+
 def test_small_idle_worker_is_not_a_pointless_first_kill() -> None:
     idle = Candidate(pid=5, memory=20 * MiB, kind=IDLE)
     d = decide(Snapshot(OVER, LIMIT, (task(1, 3 * GiB, 1), idle)), CFG)
@@ -160,7 +166,7 @@ def test_small_idle_worker_is_not_a_pointless_first_kill() -> None:
     # ...but it still goes before non-retriable work.
     d = decide(Snapshot(OVER, LIMIT, (task(1, 3 * GiB, 1, retries=0), idle)), CFG)
     assert [v.candidate.pid for v in d.victims] == [5, 1]
-    assert "holds little" in d.victims[0].reason
+    assert "together free too little" in d.victims[0].reason
 
 
 def test_tasks_before_actors_and_restartable_actor_before_non_retriable_task() -> None:
@@ -197,6 +203,10 @@ def test_trend_acts_before_threshold() -> None:
     assert [v.candidate.pid for v in d.victims] == [2]  # the newest of the caller's two
     slow = Snapshot(used=int(8.6 * GiB), limit=LIMIT, candidates=(grower,), growth=0.5 * GiB)
     assert decide(slow, CFG).action == "none"  # 2.8 s to the limit: no hurry
+    # Limit 0.9 s away, but in 0.5 s (next round) usage stays under target: watch only.
+    early = Snapshot(used=6 * GiB, limit=LIMIT, candidates=(grower,), growth=4.5 * GiB)
+    d = decide(early, CFG)
+    assert (d.trigger, d.action, d.victims) == ("trend", "none", ())
 
 
 def test_min_free_trigger() -> None:
@@ -247,8 +257,10 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 @given(snapshots())
 def test_prop_never_empty_when_over_and_candidates(snap: Snapshot) -> None:
     d = decide(snap, CFG)
-    if d.trigger is not None and snap.candidates:
+    if d.trigger in ("threshold", "min-free") and snap.candidates:
         assert d.action == "kill" and d.victims
+    if d.trigger == "trend" and snap.candidates:
+        assert (d.action == "kill") == (d.need > 0)
     if d.trigger is None:
         assert d.action == "none" and not d.victims
 

@@ -87,7 +87,7 @@ def _current() -> tuple[str | None, int]:
     return tid, attempt
 
 
-def before_task() -> None:
+def before_task(name: str = "") -> None:
     """The gate itself; never raises (a broken gate must not break the task)."""
     if os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false"):
         return
@@ -95,6 +95,11 @@ def before_task() -> None:
         low, high = marks()
         max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
         tid, attempt = _current()
+        if tid:
+            # Tell the node's monitor what runs here now (GCS learns it ~1 s later).
+            from raydbg.memory import local
+
+            local.write_running(tid, attempt, name, tid[-8:])
         killed: dict[str, Any] | None = None
         if attempt > 0 and tid:
             from raydbg.memory import budget
@@ -125,10 +130,10 @@ def before_task() -> None:
         log.debug("raydbg memory gate skipped: %s", e)
 
 
-def _gated(fn: Callable[..., Any]) -> Callable[..., Any]:
+def _gated(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        before_task()
+        before_task(name)
         return fn(*args, **kwargs)
 
     setattr(run, _MARK, True)
@@ -166,7 +171,7 @@ def install_worker_gate() -> bool:
         cache = self.__dict__.setdefault("_raydbg_gated", {})
         fn = cache.get(id(info.function))
         if fn is None:
-            fn = cache[id(info.function)] = _gated(info.function)
+            fn = cache[id(info.function)] = _gated(info.function, str(info.function_name))
         return FunctionExecutionInfo(fn, info.function_name, info.max_calls)
 
     setattr(get_execution_info, _MARK, True)

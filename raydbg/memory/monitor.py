@@ -53,7 +53,7 @@ class MonitorConfig:
             threshold=_env_float("RAYDBG_MEMORY_THRESHOLD", 0.9),
             min_free=int(_env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
             margin=_env_float("RAYDBG_MEMORY_MARGIN", 0.05),
-            horizon_s=_env_float("RAYDBG_MEMORY_HORIZON_S", 1.0),
+            horizon_s=_env_float("RAYDBG_MEMORY_HORIZON_S", 0.5),
             project_s=_env_float("RAYDBG_MEMORY_PROJECT_S", 0.5),
         )
         return cls(

@@ -73,7 +73,7 @@ class PolicyConfig:
     threshold: float = 0.9  # fraction of the limit where raydbg acts
     min_free: int = 0  # act also when less than this many bytes are free
     margin: float = 0.05  # get back under threshold minus this fraction of the limit
-    horizon_s: float = 1.0  # act when the limit would be reached within this time
+    horizon_s: float = 0.5  # act when the limit would be reached within this time
     project_s: float = 0.5  # growth counted into the deficit (kill -> memory freed -> next round)
 
 
@@ -237,7 +237,11 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             message=f"waiting for {len(snap.pending)} killed worker(s) to exit",
         )  # fmt: skip
     projected = snap.used + int(max(0.0, snap.growth) * cfg.project_s)
-    need = max(1, projected - target)
+    need = projected - target
+    if need <= 0:
+        # Only a trend trigger gets here: fast growth, but not past the target in time
+        # for the next round to matter. Watch (the monitor polls fast), do not kill.
+        return Decision("none", trig, thr, target, 0, message="growth seen; not past target yet")
     idle_first = sum(freed_by(c, cfg) for c in snap.candidates if c.kind == IDLE) >= need
     order_all = preference_order(snap.candidates, idle_first=idle_first)
     if not order_all:

@@ -3,8 +3,10 @@
 Why a separate process: Ray gives every worker (the agent actor included)
 `oom_score_adj=1000`, so a monitor inside the agent would be the kernel's first
 victim, the very thing it exists to prevent. This process sets its own score to
--1000 (root) or the lowest it is allowed, locks its pages in RAM when it can, talks
-to GCS directly (no ray.init), and exits when its parent (the agent) goes away.
+-1000 (with CAP_SYS_RESOURCE) or the lowest it is allowed, locks its pages in RAM
+when it can, talks to GCS directly (no ray.init), runs in its own session (a killed
+agent does not take it along), holds a per-node lock (one monitor per node however
+often the agent restarts), and exits when the watched process (the raylet) is gone.
 
     python -m raydbg.memory.service --gcs-address HOST:PORT --node-id HEX
 
@@ -141,6 +143,33 @@ def build(
     return mon
 
 
+def take_lock(node_id: str, lock_dir: str = "/tmp/raydbg") -> Any:
+    """An exclusive flock per node, held for the process's life; None if another holds it."""
+    import fcntl
+
+    os.makedirs(lock_dir, exist_ok=True)
+    f = open(os.path.join(lock_dir, f"memory-{node_id or 'local'}.lock"), "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        f.close()
+        return None
+    f.truncate(0)
+    f.write(str(os.getpid()))
+    f.flush()
+    return f
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
 def _status_loop(mon: MemoryMonitor, node_id: str, stop: threading.Event) -> None:
     from raydbg import registry
 
@@ -159,9 +188,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--node-id", default="")
     p.add_argument("--cgroup-dir", default=None, help="measure this cgroup instead of our own")
     p.add_argument("--protect", type=int, action="append", default=[])
-    p.add_argument("--no-parent-watch", action="store_true")
+    p.add_argument("--watch-pid", type=int, default=0, help="exit when it is gone (the raylet)")
+    p.add_argument("--lock-dir", default="/tmp/raydbg")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s raydbg-memory %(message)s")
+    lock = take_lock(args.node_id, args.lock_dir)
+    if lock is None:
+        log.info("a memory monitor already runs for node %s; exiting", args.node_id)
+        return 0
+    try:
+        from raydbg import telemetry
+
+        telemetry.setup("memory-monitor")
+    except Exception as e:
+        log.debug("telemetry off: %s", e)
     score = lower_oom_score()
     locked = lock_memory() if os.geteuid() == 0 else False
     mon = build(args.gcs_address, args.node_id, args.cgroup_dir, tuple(args.protect))
@@ -171,12 +211,12 @@ def main(argv: list[str] | None = None) -> int:
         mon.measurer.cgroup_dir,
     )  # fmt: skip
     stop = threading.Event()
-    parent = os.getppid()
+    watched = args.watch_pid or os.getppid()
 
     def watch() -> None:
         while not stop.wait(0.5):
-            if not args.no_parent_watch and os.getppid() != parent:
-                log.info("parent %d gone; exiting", parent)
+            if not _alive(watched):
+                log.info("watched process %d gone; exiting", watched)
                 mon.stop()
                 stop.set()
 
@@ -200,17 +240,26 @@ def spawn(
     protect: tuple[int, ...] = (),
     env: dict[str, str] | None = None,
     log_path: str | None = None,
+    watch_pid: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start the monitor process (the agent calls this once per node and keeps the handle)."""
+    """Start the monitor process; a second one for the same node exits at once.
+
+    watch_pid: the monitor exits when this process ends (default: the caller). The agent
+    passes its parent, the raylet, so the monitor outlives an agent killed under pressure.
+    """
     cmd = [sys.executable, "-m", "raydbg.memory.service", "--gcs-address", gcs_address]
-    cmd += ["--node-id", node_id]
+    cmd += ["--node-id", node_id, "--watch-pid", str(watch_pid or os.getpid())]
     if cgroup_dir:
         cmd += ["--cgroup-dir", cgroup_dir]
     for pid in protect:
         cmd += ["--protect", str(pid)]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL
     return subprocess.Popen(
-        cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT
+        cmd,
+        env={**os.environ, **(env or {})},
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # not killed with the agent's process group
     )
 
 

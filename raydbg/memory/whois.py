@@ -2,18 +2,22 @@
 
 Sources, cheapest first:
   /proc/PID/cmdline  Ray's process title: `ray::IDLE`, `ray::<task>`, `ray::<Actor>`...
+  local records      task id + attempt per worker, written at task start (local.py)
   GCS task events    running task per worker pid (attempt, parent = caller, start time)
   GCS actor table    actor per pid with max_restarts / num_restarts
-  raydbg budget KV   max_retries recorded at submission (budget.py)
+  raydbg budget KV   max_retries and caller recorded at submission (budget.py)
 `candidates()` joins them (pure, unit-tested); `GcsView` reads the Ray side.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
+from raydbg.memory import local
 from raydbg.memory.measure import Roots
 from raydbg.memory.policy import ACTOR, IDLE, TASK, Candidate
 from raydbg.memory.procs import ProcMem
@@ -69,7 +73,7 @@ class ClusterView(Protocol):
 
     def actors(self, node_id: str) -> list[ActorRow]: ...
 
-    def budgets(self, task_ids: list[str]) -> dict[str, int]: ...
+    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]: ...
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]: ...
 
@@ -248,10 +252,11 @@ class GcsView:
             )
         return rows
 
-    def budgets(self, task_ids: list[str]) -> dict[str, int]:
+    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """{task id: {"max_retries", "parent", "name"}} as recorded at submission."""
         from raydbg.memory import budget
 
-        return {t: int(r["max_retries"]) for t, r in budget.lookup(task_ids).items()}
+        return budget.lookup(task_ids)
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
         from raydbg.memory import budget
@@ -269,8 +274,40 @@ def node_id_of_self() -> str:
         return ""
 
 
+def _short(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def merge_local(
+    tasks: list[TaskRow], recs: dict[int, dict[str, Any]], titles: dict[int, str], node_id: str
+) -> list[TaskRow]:
+    """Add the locally recorded running task of each worker GCS has not caught up with."""
+    newest: dict[int, TaskRow] = {}
+    for t in tasks:
+        if t.worker_pid not in newest or t.start_time > newest[t.worker_pid].start_time:
+            newest[t.worker_pid] = t
+    out = list(tasks)
+    for pid, r in recs.items():
+        title = titles.get(pid, "")
+        if title == "IDLE" or _short(str(r.get("name", ""))) != _short(title):
+            continue  # stale: the worker has moved on to something else
+        g = newest.get(pid)
+        if g is not None and (g.task_id == r.get("task_id") or g.start_time >= r["start"] - 0.5):
+            continue  # GCS knows it (and knows the caller)
+        out.append(
+            TaskRow(
+                str(r["task_id"]), int(r["attempt"]), _short(str(r.get("name", ""))),
+                str(r.get("job_id", "")), "", pid, node_id, float(r["start"]),
+            )
+        )  # fmt: skip
+    return out
+
+
 class Resolver:
-    """`Who` for the monitor: /proc titles + a ClusterView (+ NVML), degrading to titles alone."""
+    """`Who` for the monitor: /proc titles + local records + a ClusterView (+ NVML).
+
+    Degrades to titles alone when GCS cannot be reached.
+    """
 
     def __init__(
         self,
@@ -279,13 +316,16 @@ class Resolver:
         protect: Iterable[int] = (),
         roots: Roots | None = None,
         gpu: Any = None,
+        run_dir: Path | None = None,
     ) -> None:
         self.view = view
         self.node_id = node_id
         self.protect = frozenset(protect)
         self.roots = roots or Roots()
         self.gpu = gpu  # a GpuReader or None
+        self.run_dir = run_dir
         self.errors = 0
+        self._pruned = time.monotonic()
 
     def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Candidate]:
         ti = titles(procs, self.roots)
@@ -296,17 +336,35 @@ class Resolver:
         actors: list[ActorRow] = []
         budgets: dict[str, int] = {}
         kills: dict[str, int] = {}
+        recs = local.read_running(sorted(workers), self.run_dir)
+        if time.monotonic() - self._pruned > 60:
+            self._pruned = time.monotonic()
+            local.prune(self.run_dir, self.roots.proc)
         if self.view is not None:
             try:
-                tasks = [
-                    t for t in self.view.running_tasks(self.node_id) if t.worker_pid in workers
-                ]
+                rows = self.view.running_tasks(self.node_id)
+                tasks = [t for t in rows if t.worker_pid in workers]
                 actors = [a for a in self.view.actors(self.node_id) if a.pid in workers]
+            except Exception:
+                # GCS unreachable: only what workers recorded locally is known.
+                self.errors += 1
+        tasks = merge_local(tasks, recs, ti, self.node_id)
+        if self.view is not None:
+            try:
                 tids = [t.task_id for t in tasks]
-                budgets = self.view.budgets(tids)
+                records = self.view.budgets(tids)
+                budgets = {t: int(r["max_retries"]) for t, r in records.items()}
+                # The submitter recorded the caller: fill it in where GCS has not yet.
+                tasks = [
+                    t
+                    if t.parent_task_id
+                    else replace(
+                        t, parent_task_id=str(records.get(t.task_id, {}).get("parent") or "")
+                    )
+                    for t in tasks
+                ]
                 kills = self.view.prior_kills(tids + [a.actor_id for a in actors])
             except Exception:
-                # GCS unreachable: every busy worker becomes unknown (non-retriable).
                 self.errors += 1
         gpu: dict[int, int] = {}
         if self.gpu is not None:

@@ -1,7 +1,7 @@
 """Memory pressure on a small sandboxed Ray node: who gets killed, by whom, and what survives.
 
-    python examples/memory_pressure.py                # raydbg's monitor, default scenario
-    python examples/memory_pressure.py --mode ray     # Ray's own monitor instead
+    python examples/memory_workload.py                # raydbg's monitor, default scenario
+    python examples/memory_workload.py --mode ray     # Ray's own monitor instead
 
 A child memory cgroup (needs root or a delegated cgroup) is the node; a
 single-node Ray cluster runs inside it: a non-restartable actor holds memory while
