@@ -73,6 +73,7 @@ async def test_enter_source_variables_console_next_continue(
         assert stack.option_count >= 2 and "work" in str(stack.get_option_at_index(0).prompt)
 
         variables = screen.query_one(VariablesView)
+        await until(pilot, lambda: variables.find("total") is not None)  # loads after the source
         total = variables.find("total")
         assert total is not None and str(total.label) == "total: int = 40"
         config = variables.find("config")

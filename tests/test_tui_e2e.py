@@ -5,22 +5,17 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 import tui_targets
-from ray import cloudpickle
+from raydbg_cluster import raydbg_cluster
 from textual.widgets import DataTable
 from tui_support import record_notices, until
 
-import raydbg
-from raydbg.client import Gateway
 from raydbg.tui.app import RaydbgApp, create_app
 from raydbg.tui.console import ConsoleView, HistoryInput
 from raydbg.tui.debug_screen import DebugScreen
@@ -30,45 +25,12 @@ from raydbg.tui.source_view import SourceView
 from raydbg.tui.variables_view import VariablesView
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[1]
-ENV = {"RAY_DEBUG": "1", "RAYDBG_WAIT_TIMEOUT": "120"}
 
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[HttpGateway]:
-    saved = {k: os.environ.get(k) for k in (*ENV, "RAY_ADDRESS", "RAYDBG_GATEWAY")}
-    os.environ.update(ENV)
-    os.environ.pop("RAYDBG_GATEWAY", None)
-    # Workers cannot import tests/ modules; ship the targets by value (file and lines stay).
-    cloudpickle.register_pickle_by_value(tui_targets)
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        runtime_env=raydbg.runtime_env(),
-        logging_level="WARNING",
-    )
-    try:
-        address = str(ray.get_runtime_context().gcs_address)
-        env = {**os.environ, "RAY_ADDRESS": address}
-        up = subprocess.run(
-            [sys.executable, "-m", "raydbg", "up"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=REPO,
-        )
-        assert up.returncode == 0, up.stderr
-        os.environ["RAY_ADDRESS"] = address
-        found = Gateway.discover()
-        yield HttpGateway(found.address, found.token)
-    finally:
-        ray.shutdown()
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with raydbg_cluster(tui_targets) as (_, address, token):
+        yield HttpGateway(address, token)
 
 
 def sessions_table(app: RaydbgApp) -> DataTable[Any]:
@@ -88,7 +50,11 @@ async def open_session(app: RaydbgApp, pilot: Any, function: str) -> DebugScreen
                 return index
         return None
 
-    await until(pilot, lambda: row_of() is not None, timeout=90)
+    try:
+        await until(pilot, lambda: row_of() is not None, timeout=90)
+    except AssertionError:
+        status = app.screen.query_one("#status").render()
+        raise AssertionError(f"{function} never listed as attachable; status: {status}") from None
     index = row_of()
     assert index is not None
     sessions_table(app).move_cursor(row=index)
@@ -117,8 +83,8 @@ async def test_pause_list_attach_inspect_step_continue(gateway: HttpGateway) -> 
         assert source.current_text.strip() == "breakpoint()  # BP:tui"
 
         variables = screen.query_one(VariablesView)
-        scaled = variables.find("scaled")
-        assert scaled is not None and str(scaled.label) == "scaled: list = [10, 20, 30]"
+        await until(pilot, lambda: variables.find("scaled") is not None, timeout=15)
+        assert str(variables.find("scaled").label) == "scaled: list = [10, 20, 30]"  # type: ignore[union-attr]
 
         screen.query_one(HistoryInput).focus()
         await pilot.press(*"sum(scaled) + factor", "enter")
