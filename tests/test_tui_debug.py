@@ -90,7 +90,10 @@ async def test_enter_source_variables_console_next_continue(
         console = screen.query_one(ConsoleView)
         await until(pilot, lambda: "84" in console.lines)
         await pilot.press(*"1/0", "enter")
-        await until(pilot, lambda: "ZeroDivisionError: division by zero" in console.lines)
+        try:
+            await until(pilot, lambda: "ZeroDivisionError: division by zero" in console.lines)
+        except AssertionError:
+            raise AssertionError(console.lines) from None
         await pilot.press("up", "up")
         assert box.value == "total * 2 + n"
 
@@ -98,14 +101,29 @@ async def test_enter_source_variables_console_next_continue(
         line = source.line
         await pilot.press("n")
         await until(pilot, lambda: source.line == line + 1 and screen.state == "paused")
-        assert source.current_text.strip() == "total += len(config)"
+        assert source.current_text.strip() == "total += helper(len(config))"
         assert str(variables.find("total").label) == "total: int = 41"  # type: ignore[union-attr]
+
+        await pilot.press("s")  # step in: into helper()
+        await until(pilot, lambda: source.current_text.strip() == "doubled = v * 2")
+        await until(pilot, lambda: screen.state == "paused")
+        assert "helper" in str(stack.get_option_at_index(0).prompt)
+        await pilot.press("u")  # step out: back in work(), on the same line
+        await until(pilot, lambda: screen.state == "paused" and source.line == line + 1)
+        assert "work" in str(stack.get_option_at_index(0).prompt)
+
+        # Selecting the caller's frame moves source and variables there.
+        stack.focus()
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: source.current_text.strip() == "result = work(4)")
+        await until(pilot, lambda: variables.find("port") is not None)  # a module global
+        await pilot.press("escape")
 
         gateway.sessions_list = []  # the worker removes its record when the task resumes
         await pilot.press("c")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), timeout=10)
         assert any("the task resumed; session ended" in n for n in notices), notices
-    assert exit_code(proc) == (0, "result 43\n")
+    assert exit_code(proc) == (0, "result 45\n")
 
 
 async def test_attach_straight_from_the_shell_then_detach(
@@ -118,7 +136,7 @@ async def test_attach_straight_from_the_shell_then_detach(
         assert screen.attach_seconds is not None and screen.attach_seconds < 5
         await pilot.press("d")
         await until(pilot, lambda: isinstance(app.screen, MainScreen), timeout=10)
-    assert exit_code(proc) == (0, "result 43\n")
+    assert exit_code(proc) == (0, "result 45\n")
 
 
 async def test_quit_while_attached_detaches(
@@ -130,7 +148,7 @@ async def test_quit_while_attached_detaches(
         await attached(app, pilot)
         await pilot.press("q")
         await pilot.pause(0.2)
-    assert exit_code(proc) == (0, "result 43\n")
+    assert exit_code(proc) == (0, "result 45\n")
 
 
 async def test_debuggee_dies_while_attached(

@@ -27,18 +27,22 @@ DEBUGGEE = textwrap.dedent(
     print(port, flush=True)
     debugpy.wait_for_client()
 
+    def helper(v):
+        doubled = v * 2
+        return doubled
+
     def work(n):
         total = n * 10
         config = {"lr": 0.001, "layers": [64, 64]}
         debugpy.breakpoint()
         total += 1
-        total += len(config)
+        total += helper(len(config))
         return total
 
     result = work(4)
     print("result", result, flush=True)
     sys.stdin.readline()  # stay alive like a Ray worker until the test lets go
-    sys.exit(0 if result == 43 else 3)
+    sys.exit(0 if result == 45 else 3)
     """
 )
 
