@@ -71,19 +71,54 @@ def row(scenario: str, r: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per (scenario, config) over the repeats: sums, medians, worst cases."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for x in rows:
+        groups.setdefault((x["scenario"], x["mode"]), []).append(x)
+    out = []
+    for (scenario, mode), xs in groups.items():
+        failed: dict[str, int] = {}
+        for x in xs:
+            for k, v in x["failed"].items():
+                failed[k] = failed.get(k, 0) + v
+        walls = [x["wall_s"] for x in xs if x["wall_s"] is not None]
+        reacts = [x["reaction_ms"] for x in xs if x["reaction_ms"] is not None]
+        out.append(
+            {
+                "scenario": scenario,
+                "mode": mode,
+                "runs": len(xs),
+                "ok": sum(x["ok"] for x in xs),
+                "tasks": sum(x["tasks"] for x in xs),
+                "failed": failed,
+                "nonretriable_lost": sum(x["nonretriable_lost"] for x in xs),
+                "kernel_oom": sum(x["kernel_oom"] or 0 for x in xs),
+                "ray_kills": sum(x["ray_kills"] or 0 for x in xs),
+                "raydbg_kills": sum(x["raydbg_kills"] or 0 for x in xs),
+                "raylet_gcs_alive": all(x["raylet_gcs_alive"] for x in xs),
+                "wall_s": round(statistics.median(walls), 1) if walls else None,
+                "peak_mb": max(x["peak_mb"] or 0 for x in xs),
+                "reaction_ms": round(statistics.median(reacts)) if reacts else None,
+            }
+        )
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     head = (
-        "| scenario | config | completed | failed (type) | non-retriable lost | kernel OOM "
-        "| Ray kills | raydbg kills | raylet+GCS alive | wall s | peak MiB |"
+        "| scenario | config | runs | completed | failed (type) | non-retriable lost "
+        "| kernel OOM kills | Ray kills | raydbg kills | raylet+GCS alive | wall s (median) "
+        "| peak MiB | reaction ms |"
     )
-    lines = [head, "|" + "---|" * 11]
-    for x in rows:
+    lines = [head, "|" + "---|" * 13]
+    for x in aggregate(rows):
         failed = ", ".join(f"{k} {v}" for k, v in x["failed"].items()) or "-"
         lines.append(
-            f"| {x['scenario']} | {x['mode']} | {x['ok']}/{x['tasks']} | {failed} "
+            f"| {x['scenario']} | {x['mode']} | {x['runs']} | {x['ok']}/{x['tasks']} | {failed} "
             f"| {x['nonretriable_lost']} | {x['kernel_oom']} | {x['ray_kills']} "
             f"| {x['raydbg_kills']} | {'yes' if x['raylet_gcs_alive'] else 'NO'} "
-            f"| {x['wall_s']} | {x['peak_mb']} |"
+            f"| {x['wall_s']} | {x['peak_mb']} | {x['reaction_ms'] if x['reaction_ms'] is not None else '-'} |"
         )
     return "\n".join(lines)
 
@@ -148,17 +183,19 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="the 'fast' scenario only")
     p.add_argument("--cost", action="store_true", help="only the monitor's own cost")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--repeat", type=int, default=1, help="runs per configuration")
     p.add_argument("--out", default="benchmarks/results/memory_pressure.json")
     args = p.parse_args()
     out: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count()}
     if not args.cost:
         rows = []
         names = ["fast"] if args.quick else list(SCENARIOS)
-        for name in names:
-            for mode in args.modes.split(","):
-                r = mp.run(mode, SCENARIOS[name], bind_mount=True, timeout=300)
-                rows.append(row(name, r))
-                print(json.dumps(rows[-1]), flush=True)
+        for _ in range(args.repeat):
+            for name in names:
+                for mode in args.modes.split(","):  # interleaved: load drifts hit all alike
+                    r = mp.run(mode, SCENARIOS[name], bind_mount=True, timeout=300)
+                    rows.append(row(name, r))
+                    print(json.dumps(rows[-1]), flush=True)
         out["rows"] = rows
         print()
         print(table(rows))

@@ -199,6 +199,7 @@ def test_trend_acts_below_threshold(tmp_path: Path) -> None:
     clock.t += 0.25
     mon.poll()
     assert killed == [1] and events[0]["details"]["trigger"] == "trend"
+    assert events[0]["details"]["reaction_s"] == 0.25  # from the last calm poll
 
 
 def test_repeat_kill_of_same_task_counts_prior_kills(tmp_path: Path) -> None:

@@ -151,6 +151,7 @@ class MemoryMonitor:
         self.proc_growth: dict[int, Growth] = {}
         self.procs: dict[int, ProcMem] = {}
         self._last_scan = -1e9
+        self._last_calm: float | None = None
         self._known: dict[int, tuple[str, int, float]] = {}  # pid -> (comm, ppid, start)
         self._dry_until = -1e9
         self.crossed_at: float | None = None
@@ -191,6 +192,7 @@ class MemoryMonitor:
         self._reap(now)
         trig = trigger_of(node.used, node.limit, growth, cfg.policy)
         if trig is None:
+            self._last_calm = now
             if self.crossed_at is not None and node.fraction < thr_frac:
                 self._metrics.recovered(now - self.crossed_at, self.node_id)
                 self.crossed_at = None
@@ -198,7 +200,9 @@ class MemoryMonitor:
                 self._scan(now)  # keep per-worker growth fresh for a quick decision
             return self._interval(node, growth, warm)
         if self.crossed_at is None:
-            self.crossed_at = now
+            # The crossing happened after the last calm poll: measure reaction from there
+            # (an upper bound, at most one refresh interval early).
+            self.crossed_at = self._last_calm if self._last_calm is not None else now
         if self.pending or now < self._dry_until:
             return cfg.fast_refresh_s  # one round in flight: wait for the victims to go
         rates = self._scan(now)
@@ -259,7 +263,8 @@ class MemoryMonitor:
         top = sorted(self.procs.values(), key=lambda p: p.memory, reverse=True)[:10]
         for v in d.victims:
             c = v.candidate
-            reaction = now - self.crossed_at if self.crossed_at is not None else 0.0
+            # Crossing (or last calm poll) -> this kill, decision time included.
+            reaction = self.clock() - (self.crossed_at if self.crossed_at is not None else now)
             # Built before the kill so the kill can name it (e.g. in the worker's log).
             event = self._event(d, node, growth, cands, top, c, v.reason, round_id, reaction, dry)
             self.event_ids[c.pid] = event["id"]
