@@ -64,6 +64,8 @@ def build_parser() -> Parser:
     t = sub.add_parser("train", help="Ray Train: UNet with FSDP2 or DDP, checkpoints, resume")
     t.add_argument("--data", default=str(WORK / "latents"), help="preprocessed dir (or raw input with --online)")
     t.add_argument("--online", action="store_true", help="encode images and captions inside the loop")
+    t.add_argument("--cache-data-mib", type=int, default=1024,
+                   help="latent shards smaller than this are read once into the object store (0: stream)")
     _model_args(t)
     t.add_argument("--pretrained-unet", action="store_true", help="also start the UNet from --pretrained")
     t.add_argument("--storage-path", default=str(WORK / "runs"), help="Ray Train storage (default: %(default)s)")
@@ -86,6 +88,7 @@ def build_parser() -> Parser:
     t.add_argument("--keep-checkpoints", type=_positive_int, default=3)
     t.add_argument("--max-failures", type=int, default=3)
     t.add_argument("--inject-failure-at-step", type=int, help="kill one worker once at this step (demo/tests)")
+    t.add_argument("--breakpoint-at-step", type=int, help="rank 0 calls breakpoint() before this step (raydbg)")
     t.add_argument("--fingerprint", action="store_true", help="hash state at checkpoint and resume")
     t.add_argument("--compile", action="store_true", help="torch.compile the UNet")
     t.add_argument("--cpu", action="store_true", help="do not use GPUs even if present")
@@ -122,7 +125,7 @@ def build_parser() -> Parser:
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--preset", default="tiny", help="tiny, small or sd2-base (default: %(default)s)")
+    p.add_argument("--preset", help="tiny, small or sd2-base (default: tiny; train: the latents' preset)")
     p.add_argument("--resolution", type=_positive_int, help="image size (default: preset's)")
     p.add_argument("--pretrained", help="local diffusers model dir for VAE, text encoder, tokenizer, scheduler")
 
@@ -170,6 +173,7 @@ def cmd_preprocess(args: argparse.Namespace) -> int:
     from sd_reference.cluster import ensure_ray
     from sd_reference.presets import get_preset
 
+    args.preset = args.preset or "tiny"
     get_preset(args.preset, args.resolution)
     sources.detect(args.input, args.format)  # one-line errors before Ray starts
     columns = {k: v for k, v in (("caption", args.caption_column), ("image", args.image_column),
@@ -201,8 +205,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     from sd_reference.cluster import ensure_ray
     from sd_reference.config import TrainConfig
 
+    preset = args.preset
+    if not args.online:
+        from sd_reference.preprocess import load_manifest
+
+        preset = preset or load_manifest(args.data)[0]["preset"]  # one-line error when not preprocessed
     cfg = TrainConfig(
-        data=args.data, online=args.online, preset=args.preset, resolution=args.resolution,
+        data=args.data, online=args.online, cache_data_mib=args.cache_data_mib, preset=preset or "tiny",
+        resolution=args.resolution,
         pretrained=args.pretrained, pretrained_unet=args.pretrained_unet, storage_path=args.storage_path,
         name=args.name, workers=args.workers, cpus_per_worker=args.cpus_per_worker,
         use_gpu=False if args.cpu else None, strategy=args.strategy, fsdp_mode=args.fsdp_mode, steps=args.steps,
@@ -210,13 +220,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         grad_clip=args.grad_clip, prediction_type=args.prediction_type, snr_gamma=args.snr_gamma,
         ema_decay=args.ema_decay, caption_dropout=args.caption_dropout, checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints, max_failures=args.max_failures,
-        inject_failure_at_step=args.inject_failure_at_step, fingerprint=args.fingerprint, compile=args.compile,
+        inject_failure_at_step=args.inject_failure_at_step,
+        breakpoint_at_step=args.breakpoint_at_step, fingerprint=args.fingerprint, compile=args.compile,
         seed=args.seed, export=not args.no_export, export_dir=args.export_dir,
     ).resolved()
-    if not cfg.online:
-        from sd_reference.preprocess import load_manifest
-
-        load_manifest(cfg.data)
     ensure_ray(args.num_cpus)
     with ui.progress(not args.no_progress) as bar:
         task = bar.add_task(f"train {cfg.name}", total=cfg.steps, info="")

@@ -39,10 +39,12 @@ class TrainConfig:
     keep_checkpoints: int = 3
     max_failures: int = 3
     inject_failure_at_step: int | None = None
+    breakpoint_at_step: int | None = None  # rank 0 calls breakpoint() there (raydbg demo)
     fingerprint: bool = False  # hash state at save/restore to prove an exact resume
     compile: bool = False
     seed: int = 0
     shuffle_buffer: int = 256
+    cache_data_mib: int = 1024  # latents smaller than this are read once into the object store
     export: bool = True
     export_dir: str | None = None
 

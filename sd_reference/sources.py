@@ -108,10 +108,17 @@ def read(source: Source, columns: dict[str, str] | None = None) -> Any:
         # LAION/Anyscale names by default; override for other parquet layouts.
         names = {"key": "hash", "caption": "caption", "image": "jpg", "width": "width", "height": "height"}
         names.update(columns or {})
-        try:
-            ds = ray.data.read_parquet(source.files, columns=list(names.values()))
-        except Exception as exc:  # noqa: BLE001 - missing columns surface here
-            raise UserError(f"cannot read parquet {source.root}: {str(exc).splitlines()[0]}") from exc
+        if "://" not in source.root:  # name a missing column now, not from inside a Ray task
+            import pyarrow.parquet as pq
+
+            have = set(pq.ParquetFile(source.files[0]).schema_arrow.names)
+            missing = [c for c in names.values() if c not in have]
+            if missing:
+                raise UserError(
+                    f"parquet {source.files[0]} has no column(s) {', '.join(missing)} "
+                    f"(it has {', '.join(sorted(have))}; see --caption-column/--image-column/--key-column)"
+                )
+        ds = ray.data.read_parquet(source.files).select_columns(list(names.values()))
         return ds.rename_columns({v: k for k, v in names.items() if k != v})
     if source.fmt == "webdataset":
         return ray.data.read_webdataset(source.files, decoder=_wds_normalize)

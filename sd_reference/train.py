@@ -62,11 +62,21 @@ def _offline_dataset(cfg: TrainConfig) -> tuple[Any, ComponentsSpec, str]:
     need = int(cfg.batch_size or 1) * cfg.workers
     if manifest["rows"] < need:
         raise UserError(f"{cfg.data} has {manifest['rows']} rows, fewer than batch size x workers = {need}")
+    if manifest["preset"] != cfg.preset or (cfg.resolution and cfg.resolution != manifest["resolution"]):
+        raise UserError(f"{cfg.data} was preprocessed for preset {manifest['preset']} at {manifest['resolution']} px: "
+                        f"train with --preset {manifest['preset']} (or preprocess again)")
     spec = ComponentsSpec.from_json(manifest["components"])
+    if cfg.pretrained and Path(cfg.pretrained).resolve() != Path(spec.path).resolve():
+        raise UserError(f"{cfg.data} was encoded with the components in {spec.path}, not {cfg.pretrained}: "
+                        "drop --pretrained or preprocess again with it")
     spec.pretrained_unet = cfg.pretrained_unet
     files = [str(root / f["path"]) for f in manifest["files"]]
-    ds = ray.data.read_parquet(files, columns=["latents", "text_emb"]).randomize_block_order(seed=cfg.seed)
-    return ds, spec, str(root / manifest["uncond_embedding"])
+    ds = ray.data.read_parquet(files).select_columns(["latents", "text_emb"])
+    size = sum((root / f["path"]).stat().st_size for f in manifest["files"] if (root / f["path"]).exists())
+    if size < cfg.cache_data_mib * 2**20:
+        # Small enough for the object store: read once, not once per epoch and per restart.
+        ds = ds.materialize()
+    return ds.randomize_block_order(seed=cfg.seed), spec, str(root / manifest["uncond_embedding"])
 
 
 def _online_dataset(cfg: TrainConfig, run_dir: Path) -> tuple[Any, ComponentsSpec]:
@@ -118,6 +128,8 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
         ds, spec = _online_dataset(cfg, run_dir)
     else:
         ds, spec, uncond = _offline_dataset(cfg)
+    if spec.pretrained_unet and not (Path(spec.path) / "unet").is_dir():
+        raise UserError(f"--pretrained-unet: {spec.path} has no unet/ directory")
     use_gpu = cfg.use_gpu if cfg.use_gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
     cfg.use_gpu = use_gpu
     (run_dir / RUN_FILE).write_text(json.dumps({"config": cfg.to_json(), "components": spec.to_json()}, indent=1))

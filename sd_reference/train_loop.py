@@ -69,11 +69,13 @@ class Worker:
         self.rank, self.world = rank, world
         cuda = torch.cuda.is_available() and cfg.use_gpu is not False
         self.device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+        if cuda:
+            torch.cuda.set_device(self.device)  # NCCL object collectives use the current device
         self.bf16 = self.device.type == "cuda"
         unet = build_unet(spec, cfg.seed)
         self.model = parallel.wrap(unet, cfg.strategy, cfg.fsdp_mode, self.device, self.bf16 and cfg.strategy == "fsdp")
         if cfg.compile:
-            self.model.compile()
+            self.model.compile(dynamic=False)  # fixed batch shapes (drop_last); dynamic shapes trip inductor here
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr or 1e-4, weight_decay=cfg.weight_decay)
         self.ema = EMA(parallel.named_params(self.model))
         self.schedule = NoiseSchedule(load_scheduler_config(spec), cfg.prediction_type)
@@ -129,11 +131,13 @@ class Worker:
             self.optimizer.zero_grad(set_to_none=True)
             self.ema.update(parallel.named_params(self.model), ema_decay_at(self.step, cfg.ema_decay or 0.0))
         self.step += 1
-        stats = torch.stack([loss.detach().float().cpu(), _full(norm).detach().float().cpu()])
+        # On the training device: NCCL reduces CUDA tensors only.
+        stats = torch.stack([loss.detach().float(), _full(norm).detach().float().to(self.device)])
         if dist.is_initialized():
             dist.all_reduce(stats)
             stats /= self.world
-        return {"loss": float(stats[0]), "grad_norm": float(stats[1]), "lr": lr}
+        loss_mean, norm_mean = stats.tolist()
+        return {"loss": loss_mean, "grad_norm": norm_mean, "lr": lr}
 
     def save(self, extra: dict[str, Any]) -> None:
         """Write this rank's shards locally and report them; Ray Train merges them in storage."""
@@ -223,6 +227,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         while batch is not None and worker.step < steps:
             batches += 1
             _maybe_inject_failure(cfg, worker, run_dir)
+            if cfg.breakpoint_at_step == worker.step + 1 and worker.rank == 0:
+                breakpoint()  # with RAY_DEBUG=1, raydbg pauses this Train worker for an attach
             with metrics.span("sd.train.step", {**attrs, "train.step": worker.step + 1}):
                 last = worker.train_step({c: batch[c] for c in columns}, timer)
             step_time = time.perf_counter() - t0

@@ -148,7 +148,9 @@ def test_bad_input_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixtu
     _one_error_line(capsys, ["preprocess", "--input", str(tmp_path / "bad")], "corrupt parquet file")
     _one_error_line(capsys, ["train", "--preset", "giant"], "unknown preset 'giant'")
     _one_error_line(capsys, ["train", "--data", str(tmp_path / "empty")], "no manifest.json")
-    _one_error_line(capsys, ["train", "--strategy", "zero3"], "--strategy must be one of")
+    _one_error_line(capsys, ["train", "--online", "--strategy", "zero3"], "--strategy must be one of")
+    _one_error_line(capsys, ["train", "--preset", "tiny", "--inject-failure-at-step", "3", "--max-failures", "0"],
+                    "needs --max-failures")
     _one_error_line(capsys, ["export", "--run", str(tmp_path)], "not a training run")
     _one_error_line(capsys, ["sample", "--pipeline", str(tmp_path)], "not a diffusers pipeline")
     _one_error_line(capsys, ["make-data", "--num", "0"], "not a positive integer")
@@ -201,3 +203,26 @@ def test_tiny_model_learns(tmp_path: Path, one_thread: None) -> None:
     losses = [worker.train_step(batches[i % 4], Timer("t"))["loss"] for i in range(60)]
     first, last = np.mean(losses[:12]), np.mean(losses[-12:])
     assert last < 0.7 * first, (first, last)
+
+
+def test_pretrained_directory(tmp_path: Path) -> None:
+    """--pretrained DIR: components used as they are; the UNet shape (and weights) come from DIR."""
+    from diffusers import UNet2DConditionModel
+
+    from sd_reference.models import build_unet, prepare_components
+
+    preset = get_preset("tiny")
+    model_dir = tmp_path / "model"
+    prepare_components(preset, None, model_dir)
+    torch.manual_seed(7)
+    UNet2DConditionModel(**preset.unet).save_pretrained(model_dir / "unet")
+    spec = prepare_components(preset, str(model_dir), tmp_path / "unused")
+    assert spec.path == str(model_dir.resolve()) and not (tmp_path / "unused").exists()
+    assert spec.unet["cross_attention_dim"] == 32 and spec.unet["sample_size"] == 8
+    spec.pretrained_unet = True
+    loaded = build_unet(spec)
+    reference = UNet2DConditionModel.from_pretrained(model_dir / "unet")
+    assert all(torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), reference.state_dict().values(), strict=True))
+    (model_dir / "vae").rename(tmp_path / "vae-moved")
+    with pytest.raises(UserError, match="missing vae/"):
+        prepare_components(preset, str(model_dir), tmp_path / "unused")

@@ -1,0 +1,142 @@
+"""sd_reference on a real local Ray cluster (one per module): preprocess, train, resume, export, sample."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from sd_reference.cli import main
+from sd_reference.synth import make_data
+
+pytestmark = pytest.mark.e2e
+NUM, BROKEN = 40, 3  # bad_image, missing_caption, zero_size: one each
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[None]:
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
+    # More logical CPUs than cores: 2 Train workers and Data tasks must run together.
+    ray.init(num_cpus=8, include_dashboard=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("sd")
+    make_data(root / "data", num=NUM, seed=0, shards=2, broken=BROKEN, formats=("parquet", "webdataset", "folder"))
+    return root
+
+
+@pytest.fixture(scope="module")
+def latents(cluster: None, work: Path) -> Path:
+    out = work / "latents"
+    assert main(["--no-progress", "preprocess", "--input", str(work / "data" / "laion"), "--out", str(out),
+                 "--cpu-batch-size", "16", "--encode-batch-size", "16"]) == 0
+    return out
+
+
+def _read_shards(root: Path) -> list[dict[str, object]]:
+    import pyarrow.parquet as pq
+    import ray.data  # noqa: F401 - registers Ray's tensor extension type for pyarrow
+
+    manifest = json.loads((root / "manifest.json").read_text())
+    rows: list[dict[str, object]] = []
+    for f in manifest["files"]:
+        rows += pq.read_table(root / f["path"]).to_pylist()
+    return rows
+
+
+def test_preprocess_parquet(latents: Path) -> None:
+    manifest = json.loads((latents / "manifest.json").read_text())
+    assert manifest["rows_in"] == NUM and manifest["rows"] == NUM - BROKEN
+    assert manifest["broken"] == {"bad_image": 1, "missing_caption": 1, "zero_size": 1}
+    assert manifest["latent_shape"] == [4, 64 // 8, 64 // 8]  # resolution / 8
+    assert manifest["text_emb_shape"] == [77, 32]
+    rows = _read_shards(latents)
+    assert len(rows) == NUM - BROKEN
+    lat = np.asarray(rows[0]["latents"])
+    assert lat.shape == (4, 8, 8) and lat.dtype == np.float16 and 0 < np.abs(lat).mean() < 10
+    assert np.load(latents / manifest["uncond_embedding"]).shape == (77, 32)
+
+
+@pytest.mark.parametrize(("fmt", "sub", "broken"), [
+    ("webdataset", "wds", {"bad_image": 1, "missing_caption": 1, "zero_size": 1}),
+    # A folder has no size metadata: the "zero size" row is a good image there.
+    ("folder", "images", {"bad_image": 1, "missing_caption": 1}),
+])
+def test_preprocess_webdataset_and_folder(cluster: None, work: Path, fmt: str, sub: str, broken: dict[str, int]) -> None:
+    out = work / f"latents-{fmt}"
+    assert main(["--no-progress", "preprocess", "--input", str(work / "data" / sub), "--out", str(out)]) == 0
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["format"] == fmt and manifest["broken"] == broken
+    assert manifest["rows"] == NUM - sum(broken.values()) == len(_read_shards(out))
+    assert manifest["latent_shape"] == [4, 8, 8]
+
+
+def test_train_fsdp2_failure_resume_export_sample(latents: Path, work: Path) -> None:
+    runs = work / "runs"
+    argv = ["--no-progress", "train", "--data", str(latents), "--storage-path", str(runs), "--name", "e2e",
+            "--workers", "2", "--strategy", "fsdp", "--steps", "8", "--batch-size", "4",
+            "--checkpoint-every", "2", "--inject-failure-at-step", "5", "--max-failures", "2", "--fingerprint"]
+    assert main(argv) == 0
+    run = runs / "e2e"
+    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    events = [r.get("event") for r in log if r.get("event")]
+    assert events.count("start") == 1 and events.count("resume") == 1 and events[-1] == "end"
+    assert json.loads((run / ".failure_injected").read_text())["rank"] == 1
+    resume_at = next(i for i, r in enumerate(log) if r.get("event") == "resume")
+    resume = log[resume_at]
+    saved = {r["step"]: r["fingerprint"] for r in log[:resume_at] if r.get("event") == "checkpoint"}
+    assert resume["step"] == 4 == max(saved)  # the latest checkpoint, not a fresh start
+    # Weights, optimizer and EMA after the restart are byte-identical to what was saved, on each rank.
+    assert resume["fingerprint"] == saved[4] and set(resume["fingerprint"]) == {"0", "1"}
+    steps_before = [r["step"] for r in log[:resume_at] if "loss" in r and not r.get("event")]
+    steps_after = [r["step"] for r in log[resume_at:] if "loss" in r and not r.get("event")]
+    assert steps_before == [1, 2, 3, 4] and steps_after == [5, 6, 7, 8]
+    final = json.loads((run / "step_00000008" / "train_state.json").read_text())
+    assert final["step"] == 8 and final["world_size"] == 2 and final["strategy"] == "fsdp"
+    assert sorted(p.name for p in run.glob("step_*/__*_0.distcp") if p.parent.name.endswith("8")) == [
+        "__0_0.distcp", "__1_0.distcp"]  # one shard file per rank
+
+    from diffusers import StableDiffusionPipeline
+
+    pipeline = run / "pipeline"
+    pipe = StableDiffusionPipeline.from_pretrained(pipeline)
+    torch.set_num_threads(1)
+    image = pipe("a red circle on a blue background", num_inference_steps=2, height=64, width=64,
+                 generator=torch.Generator().manual_seed(0), output_type="np").images[0]
+    assert image.shape == (64, 64, 3) and np.isfinite(image).all()
+    assert json.loads((pipeline / "sd_reference_export.json").read_text())["step"] == 8
+
+    samples = work / "samples"
+    assert main(["--no-progress", "sample", "--pipeline", str(pipeline), "--out", str(samples), "--steps", "2",
+                 "--prompt", "a small green square on a white background"]) == 0
+    pngs = sorted(p.name for p in samples.glob("*.png"))
+    assert pngs == ["00-a-small-green-square-on-a-white-background.png", "loss_curve.png"]
+    assert Image.open(samples / pngs[0]).size == (64, 64)
+
+
+def test_train_online_ddp(cluster: None, work: Path) -> None:
+    """--online encodes in the loop from raw parquet; DDP; a second call resumes the finished run."""
+    runs = work / "runs"
+    argv = ["--no-progress", "train", "--online", "--data", str(work / "data" / "laion"), "--storage-path",
+            str(runs), "--name", "online", "--strategy", "ddp", "--batch-size", "4", "--no-export"]
+    assert main([*argv, "--steps", "2", "--checkpoint-every", "2"]) == 0
+    log_file = runs / "online" / "train_log.jsonl"
+    log = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [r["step"] for r in log if "loss" in r and not r.get("event")] == [1, 2]
+    assert all("encode" in r["timings"] for r in log if "timings" in r)
+    assert main([*argv, "--steps", "3", "--checkpoint-every", "3"]) == 0
+    log = [json.loads(line) for line in log_file.read_text().splitlines()]
+    assert [r["step"] for r in log if r.get("event") == "resume"] == [2]
+    assert [r["step"] for r in log if "loss" in r and not r.get("event")] == [1, 2, 3]
