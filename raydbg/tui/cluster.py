@@ -7,6 +7,7 @@ from typing import Any
 from textual.widgets import DataTable
 
 from raydbg.tui.format import NODE_COLUMNS, node_row
+from raydbg.tui.table_sync import sync_rows
 
 
 class ClusterPane(DataTable[Any]):
@@ -22,16 +23,7 @@ class ClusterPane(DataTable[Any]):
 
     def update_nodes(self, nodes: list[dict[str, Any]]) -> None:
         nodes = sorted(nodes, key=lambda n: (not n.get("is_head"), str(n.get("node_ip", ""))))
-        rows = {str(n.get("node_id")): node_row(n) for n in nodes}
-        if list(rows) != list(self._rows):
-            self.clear()
-            for key, row in rows.items():
-                self.add_row(*row, key=key)
-        else:
-            for key, row in rows.items():
-                if row != self._rows[key]:
-                    for column, value in zip(NODE_COLUMNS, row, strict=True):
-                        self.update_cell(key, column, value)
-        self._rows = rows
+        wanted = list({str(n.get("node_id")): node_row(n) for n in nodes}.items())
+        self._rows = sync_rows(self, wanted, NODE_COLUMNS, self._rows)
         alive = sum(1 for n in nodes if n.get("alive", True))
         self.border_title = f"Cluster ({alive}/{len(nodes)} nodes alive)"

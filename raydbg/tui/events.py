@@ -13,6 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Static
 
 from raydbg.tui.format import EVENT_COLUMNS, event_row
+from raydbg.tui.table_sync import sync_rows
 
 
 class EventsPane(DataTable[str]):
@@ -25,18 +26,21 @@ class EventsPane(DataTable[str]):
             self.add_column(column, key=column)
         self.border_title = "Events"
         self.events: dict[str, dict[str, Any]] = {}
-        self._order: list[str] = []
+        self._rows: dict[str, tuple[str, ...]] = {}
 
     def update_events(self, events: list[dict[str, Any]]) -> None:
         keyed = {str(e.get("id") or f"{e.get('ts')}-{i}"): e for i, e in enumerate(events)}
         order = sorted(keyed, key=lambda k: -float(keyed[k].get("ts", 0)))
-        if order != self._order:
-            self.clear()
-            for key in order:
-                self.add_row(*event_row(keyed[key]), key=key)
-            self._order = order
+        wanted = [(key, self._row(key, keyed[key])) for key in order]
+        self._rows = sync_rows(self, wanted, EVENT_COLUMNS, self._rows)
         self.events = keyed
         self.border_title = f"Events ({len(order)})"
+
+    def _row(self, key: str, event: dict[str, Any]) -> tuple[str, ...]:
+        old = self.events.get(key)
+        if old is not None and old == event and key in self._rows:
+            return self._rows[key]
+        return event_row(event)
 
     def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
         event.stop()

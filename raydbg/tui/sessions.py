@@ -11,8 +11,9 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Input
 
 from raydbg import records
-from raydbg.tui.format import SESSION_COLUMNS, session_matches, session_row
+from raydbg.tui.format import SESSION_COLUMNS, age, session_matches, session_row
 from raydbg.tui.messages import AttachRequested
+from raydbg.tui.table_sync import sync_rows
 
 
 class SessionsPane(Vertical):
@@ -28,6 +29,8 @@ class SessionsPane(Vertical):
         self.sessions: list[dict[str, Any]] = []
         self.filter_text = ""
         self._shown: list[str] = []  # session ids, in table order
+        self._rows: dict[str, tuple[str, ...]] = {}
+        self._cache: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
         self._seen: set[str] | None = None  # None until the first list: no notices for it
 
     def compose(self) -> ComposeResult:
@@ -48,7 +51,9 @@ class SessionsPane(Vertical):
 
     def update_sessions(self, sessions: list[dict[str, Any]]) -> None:
         self._notify_new(sessions)
-        self.sessions = sorted(sessions, key=lambda r: -float(r.get("since", 0)))
+        unique = {str(r.get("id")): r for r in sessions}
+        self._cache = {k: v for k, v in self._cache.items() if k in unique}
+        self.sessions = sorted(unique.values(), key=lambda r: -float(r.get("since", 0)))
         self._render_rows()
 
     def _notify_new(self, sessions: list[dict[str, Any]]) -> None:
@@ -61,28 +66,28 @@ class SessionsPane(Vertical):
         self._seen = ids
 
     def _render_rows(self) -> None:
-        table = self.table
         now = time.time()
-        wanted = [r for r in self.sessions if session_matches(r, self.filter_text)]
-        ids = [str(r["id"]) for r in wanted]
-        if ids != self._shown:
-            # Membership or order changed: rebuild, keeping the cursor on the same session.
-            current = self.selected_id()
-            table.clear()
-            for rec in wanted:
-                table.add_row(*session_row(rec, now), key=str(rec["id"]))
-            self._shown = ids
-            if current in ids:
-                table.move_cursor(row=ids.index(current))
-            table.border_subtitle = None
-        else:
-            for rec in wanted:
-                for column, value in zip(SESSION_COLUMNS, session_row(rec, now), strict=True):
-                    if table.get_cell(str(rec["id"]), column) != value:
-                        table.update_cell(str(rec["id"]), column, value)
+        wanted = [
+            (str(r["id"]), self._row(r, now))
+            for r in self.sessions
+            if session_matches(r, self.filter_text)
+        ]
+        self._rows = sync_rows(self.table, wanted, SESSION_COLUMNS, self._rows)
+        self._shown = [key for key, _ in wanted]
         total = len(self.sessions)
-        shown = f"{len(ids)}/{total}" if self.filter_text else str(total)
+        shown = f"{len(self._shown)}/{total}" if self.filter_text else str(total)
         self.border_title = f"Paused sessions ({shown})"
+
+    def _row(self, rec: dict[str, Any], now: float) -> tuple[str, ...]:
+        """The row's cells; reused while the record and its age text stay the same."""
+        key = str(rec["id"])
+        cached = self._cache.get(key)
+        paused = age(float(rec.get("since", 0)), now)
+        if cached is not None and cached[0] == rec and cached[1][2] == paused:
+            return cached[1]
+        row = session_row(rec, now)
+        self._cache[key] = (rec, row)
+        return row
 
     def selected_id(self) -> str | None:
         table = self.table
