@@ -64,7 +64,8 @@ class DebugScreen(Screen[None]):
         )
         self.leaving = False
         self.state = "attaching"
-        self.attach_seconds: float | None = None  # Enter -> source and stack shown
+        self.attach_seconds: float | None = None  # mounted -> source and stack shown
+        self.shown_at: float | None = None  # perf_counter() at that moment
 
     def compose(self) -> ComposeResult:
         yield Static(self._status_text(), id="debug-status")
@@ -151,7 +152,8 @@ class DebugScreen(Screen[None]):
         path = frame.get("source", {}).get("path", "")
         self.query_one(SourceView).show(path, int(frame.get("line", 0)), lines)
         if self.attach_seconds is None:  # the user sees where the task stopped from here on
-            self.attach_seconds = time.perf_counter() - self._started
+            self.shown_at = time.perf_counter()
+            self.attach_seconds = self.shown_at - self._started
         first = await ctl.variables(scopes[0]["variablesReference"]) if scopes else []
         self.query_one(VariablesView).show_scopes(
             [(scope, first if i == 0 else None) for i, scope in enumerate(scopes)]
