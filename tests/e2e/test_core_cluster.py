@@ -205,3 +205,29 @@ def test_driver_breakpoint_is_a_local_pdb_prompt(cluster: str, tmp_path: Path) -
         runpy.run_path({str(script)!r})
         """)], input="p x + 1\nc\n", env=env, capture_output=True, text=True, timeout=120)
     assert "(Pdb)" in out.stdout and "42" in out.stdout and "after 41" in out.stdout, out.stdout + out.stderr
+
+
+def test_agent_restarts_after_it_dies_then_down_stops_it(cluster: str) -> None:
+    assert raydbg_cli(cluster, "up").returncode == 0
+    status = json.loads(raydbg_cli(cluster, "status", "--json").stdout)
+    head = next(a for a in status["agents"] if a["is_head"])
+    psutil.Process(head["pid"]).kill()
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        out = raydbg_cli(cluster, "status", "--json")
+        if out.returncode == 0:
+            agents = json.loads(out.stdout)["agents"]
+            if agents and agents[0]["pid"] != head["pid"]:
+                break
+        time.sleep(1)
+    else:
+        raise AssertionError("the agent did not come back")
+    ref = ray.remote(targets.plain_task).remote(6)
+    rec = wait_for_session(gateway(cluster), function="plain_task")
+    with forward(cluster, rec["id"]) as port:
+        asyncio.run(attach_and_inspect(port, "local_value"))
+    assert ray.get(ref, timeout=60) == 19
+    down = raydbg_cli(cluster, "down")
+    assert down.returncode == 0 and "stopped 1 agent" in down.stdout
+    after = raydbg_cli(cluster, "status")
+    assert after.returncode == 1 and "not active" in after.stderr
