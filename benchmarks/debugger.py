@@ -17,6 +17,8 @@ are medians, ratios are ratios of medians. Results: a table, and JSON (--out).
    and detached; then two CPU loops run in it and in a never-debugged actor of the same
    job, alternately: "calls" (recursive fib; a tracer runs on every call) and "loop"
    (arithmetic in one frame). Target for raydbg: >= 0.95 of the never-debugged speed.
+   Speed is 1 / the loop thread's CPU time (time.thread_time: the time the neighbours
+   take is not counted; wall-clock ratios are in the JSON too).
    Also: how long after the detach sys.gettrace() is None again in that worker.
 3. pause latency: the actor takes time.time() right before breakpoint(); raydbg: the
    first answer of the gateway's session list (the API `raydbg list` uses, through
@@ -78,8 +80,9 @@ class Probe:
         breakpoint()
         return t0
 
-    def spin(self, loop: str, n: int, reps: int) -> float:
-        t = time.perf_counter()
+    def spin(self, loop: str, n: int, reps: int) -> dict[str, float]:
+        """Run a CPU loop; its CPU time (this thread's) and wall time, in seconds."""
+        c, t = time.thread_time(), time.perf_counter()
         for _ in range(reps):
             if loop == "calls":
                 fib(n)
@@ -87,7 +90,7 @@ class Probe:
                 total = 0
                 for i in range(n):
                     total += i * i % 7
-        return time.perf_counter() - t
+        return {"cpu": time.thread_time() - c, "wall": time.perf_counter() - t}
 
     def tracer(self) -> str:
         return repr(sys.gettrace())
@@ -279,6 +282,13 @@ class Bench:
         self.task: Any = None
         self._seen: dict[str, float] = {}
         self._detached = 0.0
+        self.phases: dict[str, float] = {}
+        self._phase_start = time.monotonic()
+
+    def phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(now - self._phase_start, 1)
+        self._phase_start = now
 
     def add(self, key: str, value: float) -> None:
         self.samples.setdefault(key, []).append(value)
@@ -378,7 +388,8 @@ class Bench:
                 for i in range(self.args.spins):
                     for name in (("paused", "fresh") if i % 2 == 0 else ("fresh", "paused")):
                         took = await drv.call("spin", name=name, loop=loop, **params)
-                        self.add(f"spin.{loop}.{dbg}.{name}", took)
+                        self.add(f"spin.{loop}.{dbg}.{name}", took["cpu"])
+                        self.add(f"spin_wall.{loop}.{dbg}.{name}", took["wall"])
         finally:
             for name in ("paused", "fresh"):
                 try:
@@ -511,16 +522,20 @@ class Bench:
                 self.start_agents()
                 self.step("starting the two drivers", 1)
                 await self.start_drivers()
+                self.phase("setup")
                 self.step("throughput", 1)
                 if not a.skip_throughput:
                     await self.throughput()
+                self.phase("throughput")
                 for r in range(0 if a.skip_debug else a.rounds):
                     for kind in (("raydbg", "plain") if r % 2 == 0 else ("plain", "raydbg")):
                         await self.debug_round(kind)
                         self.step("", 1)
+                self.phase("debug")
             finally:
                 self.step("shutting down")
                 await self.shutdown()
+                self.phase("shutdown")
         return self.result(started, load_before)
 
     async def shutdown(self) -> None:
@@ -556,14 +571,20 @@ class Bench:
         med = {k: statistics.median(v) for k, v in s.items() if v}
         ratios = {
             "throughput": _ratio(med, "throughput.raydbg", "throughput.plain"),
+            # each round's raydbg and plain runs are back to back: their ratio cancels slow drift
+            "throughput.paired": _paired(s.get("throughput.raydbg", []), s.get("throughput.plain", [])),
             "task_cpu": _ratio(med, "task_cpu_us.raydbg", "task_cpu_us.plain"),
         }
         for loop in LOOPS:
             # speed in the worker that was debugged relative to a never-debugged one (1 = same)
             ratios[f"cpu.{loop}.raydbg"] = _ratio(med, f"spin.{loop}.raydbg.fresh", f"spin.{loop}.raydbg.paused")
             ratios[f"cpu.{loop}.builtin"] = _ratio(med, f"spin.{loop}.builtin.fresh", f"spin.{loop}.builtin.paused")
+            for dbg in ("raydbg", "builtin"):
+                ratios[f"cpu_wall.{loop}.{dbg}"] = _ratio(med, f"spin_wall.{loop}.{dbg}.fresh",
+                                                          f"spin_wall.{loop}.{dbg}.paused")
             # never-debugged workers: raydbg's job vs plain Ray (different rounds: noisier)
             ratios[f"cpu.{loop}.idle"] = _ratio(med, f"spin.{loop}.builtin.fresh", f"spin.{loop}.raydbg.fresh")
+        ratios = {k: round(v, 4) for k, v in ratios.items()}
         checks = {
             "throughput": ratios["throughput"] >= TARGETS["throughput_ratio"],
             "cpu.calls": ratios["cpu.calls.raydbg"] >= TARGETS["cpu_ratio"],
@@ -577,6 +598,7 @@ class Bench:
             "command": " ".join(["python", "benchmarks/debugger.py", *self.args.argv]),
             "date": time.strftime("%Y-%m-%d %H:%M:%S %z", time.localtime(started)),
             "duration_s": round(time.time() - started, 1),
+            "phases_s": self.phases,
             "machine": _machine(load_before),
             "versions": {"python": platform.python_version(), "ray": ray.__version__,
                          "debugpy": debugpy.__version__},
@@ -615,6 +637,11 @@ def _ratio(med: dict[str, float], num: str, den: str) -> float:
     if num not in med or den not in med or not med[den]:
         return float("nan")
     return med[num] / med[den]
+
+
+def _paired(num: list[float], den: list[float]) -> float:
+    pairs = [a / b for a, b in zip(num, den, strict=False) if b]
+    return statistics.median(pairs) if pairs else float("nan")
 
 
 def _free_port() -> int:
@@ -656,7 +683,7 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         return "yes" if checks.get(name) else "NO"
 
     def r(key: str) -> str:
-        return f"{ratios[key]:.3f}" if ratios[key] == ratios[key] else "-"
+        return f"{ratios[key]:.4f}" if ratios[key] == ratios[key] else "-"
 
     n = res["config"]["tasks"]
     builtin_never = "never" if med.get("tracer_left.builtin") == 1.0 else "-"
@@ -664,6 +691,7 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         (f"throughput, {n:,} no-op tasks", _f(med, "throughput.raydbg", " /s"),
          _f(med, "throughput.plain", " /s") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("throughput"), "", ">= 0.98", met("throughput")),
+        ("  median of the rounds' ratios", r("throughput.paired"), "", "", ""),
         ("CPU time per task, driver + workers", _f(med, "task_cpu_us.raydbg", " us"),
          _f(med, "task_cpu_us.plain", " us") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("task_cpu"), "", "", ""),
@@ -721,7 +749,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--driver", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="few rounds: a smoke test (~1 min)")
     p.add_argument("--rounds", type=int, help="debug rounds per debugger (default 5, --quick 1)")
-    p.add_argument("--throughput-rounds", type=int, help="throughput rounds per driver (default 15, --quick 3)")
+    p.add_argument("--throughput-rounds", type=int, help="throughput rounds per driver (default 15, --quick 2)")
     p.add_argument("--spins", type=int, help="runs of each CPU loop per actor per round (default 4, --quick 2)")
     p.add_argument("--warmup", type=int, help="unmeasured throughput runs per driver (default 2, --quick 1)")
     p.add_argument("--tasks", type=int, default=2000)
@@ -733,7 +761,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 15, 3), ("spins", 4, 2), ("warmup", 2, 1)):
+    for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 15, 2), ("spins", 4, 2), ("warmup", 2, 1)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     return args
