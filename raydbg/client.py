@@ -21,8 +21,7 @@ def _gateway_from_gcs(address: str) -> str | None:
     from raydbg import registry
 
     try:
-        registry.connect(address)
-        info = registry.get(registry.GATEWAY)
+        info = registry.get(registry.GATEWAY, registry.client_for(address))
     except Exception as exc:
         raise GatewayError(f"cannot reach the Ray cluster at {address}: {exc}") from None
     return info["address"] if info else None

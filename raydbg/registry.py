@@ -26,10 +26,11 @@ def use_client(client: Any) -> None:
     _client = client
 
 
-def connect(gcs_address: str) -> None:
+def client_for(gcs_address: str) -> Any:
+    """A GcsClient of another cluster, for a one-off read (the process-wide client stays)."""
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
-    use_client(GcsClient(address=gcs_address))
+    return GcsClient(address=gcs_address)
 
 
 def _gcs() -> Any:
@@ -51,13 +52,13 @@ def put_if_absent(key: str, data: bytes) -> bytes:
     return get_bytes(key) or data
 
 
-def get_bytes(key: str) -> bytes | None:
-    raw = _gcs().internal_kv_get(key.encode(), _NS, timeout=_TIMEOUT)
+def get_bytes(key: str, gcs: Any = None) -> bytes | None:
+    raw = (gcs or _gcs()).internal_kv_get(key.encode(), _NS, timeout=_TIMEOUT)
     return bytes(raw) if raw else None
 
 
-def get(key: str) -> dict[str, Any] | None:
-    raw = get_bytes(key)
+def get(key: str, gcs: Any = None) -> dict[str, Any] | None:
+    raw = get_bytes(key, gcs)
     return json.loads(raw) if raw else None
 
 

@@ -65,6 +65,7 @@ def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> N
 
 
 def test_killed_paused_worker_is_collected(cluster: str) -> None:
+    assert raydbg_cli(cluster, "up").returncode == 0
     gw = gateway(cluster)
     ref = ray.remote(max_retries=0)(targets.plain_task).remote(3)
     rec = wait_for_session(gw, function="plain_task")
@@ -113,6 +114,7 @@ async def _probe(address: str, sid: str) -> dict[str, Any]:
 
 
 def test_nothing_accepts_dap_without_the_token(cluster: str) -> None:
+    assert raydbg_cli(cluster, "up").returncode == 0
     gw = gateway(cluster)
     ref = ray.remote(targets.plain_task).remote(4)
     rec = wait_for_session(gw, function="plain_task")
@@ -142,6 +144,7 @@ def test_nothing_accepts_dap_without_the_token(cluster: str) -> None:
 
 
 def test_cli_errors_are_one_line(cluster: str) -> None:
+    assert raydbg_cli(cluster, "up").returncode == 0
     unknown = raydbg_cli(cluster, "forward", "feedfacefeed", "--port", "0")
     assert unknown.returncode == 1 and "no paused session feedfacefeed" in unknown.stderr
     bad = subprocess.run([sys.executable, "-m", "raydbg", "list"], capture_output=True, text=True,
