@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import platform
@@ -185,6 +186,25 @@ def _cpu(procs: list[Any]) -> float:
     return total
 
 
+def _tree_cpu() -> dict[int, float]:
+    """CPU seconds (user + sys) of every process under this one: Ray's daemons (GCS, raylet,
+    dashboard, agents), both jobs' workers and drivers, raydbg's agent."""
+    import psutil
+
+    out = {}
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            times = proc.cpu_times()
+            out[proc.pid] = times.user + times.system
+        except psutil.Error:
+            pass
+    return out
+
+
+def _cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
 class BenchError(Exception):
     pass
 
@@ -192,10 +212,11 @@ class BenchError(Exception):
 class Driver:
     """The parent's handle on a driver subprocess."""
 
-    def __init__(self, kind: str, env: dict[str, str], log_dir: Path) -> None:
+    def __init__(self, name: str, kind: str, env: dict[str, str], log_dir: Path) -> None:
+        self.name = name
         self.kind = kind
         self.env = env
-        self.log = log_dir / f"driver-{kind}.log"
+        self.log = log_dir / f"driver-{name}.log"
         self.proc: asyncio.subprocess.Process | None = None
 
     async def start(self, timeout: float = 180) -> None:
@@ -218,17 +239,17 @@ class Driver:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise BenchError(f"driver {self.kind}: no answer within {timeout:.0f}s (log: {self.log})")
+                raise BenchError(f"driver {self.name}: no answer within {timeout:.0f}s (log: {self.log})")
             try:
                 line = (await asyncio.wait_for(self.proc.stdout.readline(), left)).decode()
             except asyncio.TimeoutError:
                 continue
             if not line:
-                raise BenchError(f"driver {self.kind} exited: {_tail(self.log)}")
+                raise BenchError(f"driver {self.name} exited: {_tail(self.log)}")
             if line.startswith(PROTO):
                 msg = json.loads(line[len(PROTO):])
                 if not msg["ok"]:
-                    raise BenchError(f"driver {self.kind}: {msg['error']}")
+                    raise BenchError(f"driver {self.name}: {msg['error']}")
                 return msg["result"]
 
     async def stop(self) -> None:
@@ -337,7 +358,10 @@ class Bench:
         return env
 
     async def start_drivers(self) -> None:
-        self.drivers = {k: Driver(k, self.driver_env(k), self.tmp) for k in ("raydbg", "plain")}
+        names = {"raydbg": "raydbg", "plain": "plain"}
+        if self.args.control:
+            names["control"] = "plain"  # a second plain driver: the A/A noise floor of the ratio
+        self.drivers = {n: Driver(n, k, self.driver_env(k), self.tmp) for n, k in names.items()}
         await asyncio.gather(*(d.start() for d in self.drivers.values()))
 
     # -- 1. throughput ------------------------------------------------------------------------
@@ -348,11 +372,16 @@ class Bench:
             for _ in range(self.args.warmup):
                 await drv.call("tasks", n=n, timeout=300)
             self.step(f"throughput: warm-up ({kind})", 1)
+        # ABBA with two drivers; with the control, every order of the three in turn
+        orders = list(itertools.permutations(self.drivers))
+        if len(self.drivers) == 2:
+            orders = [("raydbg", "plain"), ("plain", "raydbg")]
         for r in range(self.args.throughput_rounds):
-            order = ["raydbg", "plain"] if r % 2 == 0 else ["plain", "raydbg"]
-            for kind in order:
+            for kind in orders[r % len(orders)]:
                 self.step(f"throughput: round {r + 1}, {kind}")
+                before = _tree_cpu()
                 got = await self.drivers[kind].call("tasks", n=n, timeout=300)
+                self.add(f"task_cpu_us.all.{kind}", _cpu_delta(before, _tree_cpu()) / n * 1e6)
                 self.add(f"throughput.{kind}", n / got["wall"])
                 self.add(f"task_cpu_us.driver.{kind}", got["driver_cpu"] / n * 1e6)
                 if got["workers_cpu"] is not None:
@@ -509,7 +538,9 @@ class Bench:
         )
 
         a = self.args
-        total = 3 + (0 if a.skip_throughput else 2 + 2 * a.throughput_rounds) + (0 if a.skip_debug else 2 * a.rounds)
+        drivers = 3 if a.control else 2
+        total = 3 + (0 if a.skip_throughput else drivers * (1 + a.throughput_rounds)) + (
+            0 if a.skip_debug else 2 * a.rounds)
         started = time.time()
         load_before = os.getloadavg()
         console = Console(stderr=True)
@@ -564,7 +595,7 @@ class Bench:
         s = dict(self.samples)
         for kind in ("raydbg", "builtin"):  # every attach, cold and warm together
             s[f"attach_ms.{kind}"] = s.get(f"attach_ms.{kind}.cold", []) + s.get(f"attach_ms.{kind}.warm", [])
-        for kind in ("raydbg", "plain"):
+        for kind in ("raydbg", "plain", "control"):
             drv, wrk = s.get(f"task_cpu_us.driver.{kind}", []), s.get(f"task_cpu_us.workers.{kind}", [])
             if drv and wrk:
                 s[f"task_cpu_us.{kind}"] = [statistics.median(drv) + statistics.median(wrk)]
@@ -573,7 +604,11 @@ class Bench:
             "throughput": _ratio(med, "throughput.raydbg", "throughput.plain"),
             # each round's raydbg and plain runs are back to back: their ratio cancels slow drift
             "throughput.paired": _paired(s.get("throughput.raydbg", []), s.get("throughput.plain", [])),
+            # the same for two identical plain drivers: how far from 1 noise alone moves it
+            "throughput.control": _ratio(med, "throughput.control", "throughput.plain"),
+            "throughput.control.paired": _paired(s.get("throughput.control", []), s.get("throughput.plain", [])),
             "task_cpu": _ratio(med, "task_cpu_us.raydbg", "task_cpu_us.plain"),
+            "task_cpu.all": _ratio(med, "task_cpu_us.all.raydbg", "task_cpu_us.all.plain"),
         }
         for loop in LOOPS:
             # speed in the worker that was debugged relative to a never-debugged one (1 = same)
@@ -603,6 +638,7 @@ class Bench:
             "versions": {"python": platform.python_version(), "ray": ray.__version__,
                          "debugpy": debugpy.__version__},
             "config": {"tasks": self.args.tasks, "throughput_rounds": self.args.throughput_rounds,
+                       "control": self.args.control,
                        "warmup": self.args.warmup, "debug_rounds": self.args.rounds, "spins": self.args.spins,
                        "loops": LOOPS, "cpus": self.args.cpus, "poll_s": POLL_S,
                        "wait_timeout": self.args.wait_timeout},
@@ -692,9 +728,14 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
          _f(med, "throughput.plain", " /s") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("throughput"), "", ">= 0.98", met("throughput")),
         ("  median of the rounds' ratios", r("throughput.paired"), "", "", ""),
+        ("  A/A control: a 2nd plain driver / plain (same, paired)",
+         f"{r('throughput.control')}, {r('throughput.control.paired')}", "", "", ""),
         ("CPU time per task, driver + workers", _f(med, "task_cpu_us.raydbg", " us"),
          _f(med, "task_cpu_us.plain", " us") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("task_cpu"), "", "", ""),
+        ("CPU time per task, all processes of the cluster", _f(med, "task_cpu_us.all.raydbg", " us"),
+         _f(med, "task_cpu_us.all.plain", " us") + " (plain Ray)", "", ""),
+        ("  ratio raydbg / plain Ray", r("task_cpu.all"), "", "", ""),
         ("CPU loop after a session, vs never-debugged: calls", r("cpu.calls.raydbg"), r("cpu.calls.builtin"),
          ">= 0.95", met("cpu.calls")),
         ("CPU loop after a session, vs never-debugged: loop", r("cpu.loop.raydbg"), r("cpu.loop.builtin"),
@@ -749,10 +790,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--driver", help=argparse.SUPPRESS)
     p.add_argument("--quick", action="store_true", help="few rounds: a smoke test (~1 min)")
     p.add_argument("--rounds", type=int, help="debug rounds per debugger (default 5, --quick 1)")
-    p.add_argument("--throughput-rounds", type=int, help="throughput rounds per driver (default 15, --quick 2)")
+    p.add_argument("--throughput-rounds", type=int, help="throughput rounds per driver (default 12, --quick 2)")
     p.add_argument("--spins", type=int, help="runs of each CPU loop per actor per round (default 4, --quick 2)")
     p.add_argument("--warmup", type=int, help="unmeasured throughput runs per driver (default 2, --quick 1)")
     p.add_argument("--tasks", type=int, default=2000)
+    p.add_argument("--control", action=argparse.BooleanOptionalAction, default=None,
+                   help="a third, plain driver in the throughput rounds: the A/A noise floor (default on; --quick off)")
     p.add_argument("--cpus", type=int, default=2, help="logical CPUs of the local cluster")
     p.add_argument("--wait-timeout", type=float, default=60, help="RAYDBG_WAIT_TIMEOUT for raydbg's pauses")
     p.add_argument("--skip-throughput", action="store_true", help="only the debug rounds (parts 2-4)")
@@ -761,7 +804,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 15, 2), ("spins", 4, 2), ("warmup", 2, 1)):
+    for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 12, 2), ("spins", 4, 2), ("warmup", 2, 1),
+                              ("control", True, False)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     return args
