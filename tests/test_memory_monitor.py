@@ -392,3 +392,16 @@ def test_resolver_knows_a_fresh_task_from_its_local_record(tmp_path: Path) -> No
     (c,) = r.candidates({1: pm(1, GiB)}, {})
     assert (c.task_id, c.retries_left, c.owner) == ("t1", 0, "drv") and not c.retriable
     assert local.read_running([1], d)
+
+
+def test_resolver_skips_tasks_held_at_start(tmp_path: Path) -> None:
+    proc = tmp_path / "proc"
+    d = tmp_path / "run"
+    d.mkdir()
+    for pid, held in ((1, True), (2, False)):
+        write(proc / str(pid) / "cmdline", "ray::grow\0")
+        rec = {"task_id": f"t{pid}", "attempt": 1, "name": "grow", "job_id": "j", "start": 150.0}
+        (d / str(pid)).write_text(json.dumps({**rec, "held": held}))
+    r = Resolver(FreshView(), roots=Roots(proc=proc), run_dir=d)
+    out = r.candidates({1: pm(1, GiB), 2: pm(2, GiB)}, {})
+    assert [c.pid for c in out] == [2] and r.held == {1}

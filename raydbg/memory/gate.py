@@ -8,6 +8,7 @@ again until it fails for good. So, at the start of each normal task:
     (threshold - margin) again: it would otherwise grow back and be killed again;
   * any attempt waits while the node is above the high mark (threshold - margin/2);
 both with exponential backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s).
+While held, the task's local record says so and the monitor leaves it alone.
 
 `install_worker_gate()` is called by raydbg's worker setup hook. It wraps what
 `FunctionActorManager.get_execution_info` returns for plain (non-actor, non-async,
@@ -66,12 +67,15 @@ def wait_until(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> float:
-    """Sleep with backoff (0.1 s doubling to 2 s) until `ok()`; seconds waited."""
+    """Sleep with backoff (0.05 s doubling to 0.5 s) until `ok()`; seconds waited.
+
+    The check is three small file reads, so the cap is low: a held task starts soon
+    after its memory fits."""
     start = clock()
-    delay = 0.1
+    delay = 0.05
     while not ok() and clock() - start < max_hold_s:
         sleep(delay)
-        delay = min(2.0, delay * 2)
+        delay = min(0.5, delay * 2)
     return clock() - start
 
 
@@ -95,11 +99,15 @@ def before_task(name: str = "") -> None:
         low, high = marks()
         max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
         tid, attempt = _current()
-        if tid:
-            # Tell the node's monitor what runs here now (GCS learns it ~1 s later).
-            from raydbg.memory import local
+        from raydbg.memory import local
 
-            local.write_running(tid, attempt, name, tid[-8:])
+        def note(held: bool) -> None:
+            # Tell the node's monitor what runs here now (GCS learns it ~1 s later), and
+            # whether it is held here: a held task holds nothing worth a kill.
+            if tid:
+                local.write_running(tid, attempt, name, tid[-8:], held=held)
+
+        note(False)
         killed: dict[str, Any] | None = None
         if attempt > 0 and tid:
             from raydbg.memory import budget
@@ -119,11 +127,14 @@ def before_task(name: str = "") -> None:
                 file=sys.stderr,
                 flush=True,
             )
+            note(True)
             waited = wait_until(lambda: fits(low, room), max_hold)
         elif not fits(high, 0):
+            note(True)
             waited = wait_until(lambda: fits(low, 0), max_hold)
         else:
             return
+        note(False)
         if waited > 0.05:
             print(f"raydbg: task start held {waited:.1f}s for memory", file=sys.stderr, flush=True)
     except Exception as e:

@@ -26,12 +26,17 @@ def run_dir() -> Path:
 
 
 def write_running(
-    task_id: str, attempt: int, name: str, job_id: str, directory: Path | None = None
+    task_id: str,
+    attempt: int,
+    name: str,
+    job_id: str,
+    directory: Path | None = None,
+    held: bool = False,
 ) -> None:
     d = directory or run_dir()
     d.mkdir(parents=True, exist_ok=True)
-    rec = {"task_id": task_id, "attempt": attempt, "name": name, "job_id": job_id}
-    rec["start"] = time.time()
+    rec: dict[str, Any] = {"task_id": task_id, "attempt": attempt, "name": name}
+    rec.update(job_id=job_id, start=time.time(), held=held)
     tmp = d / f".{os.getpid()}.tmp"
     tmp.write_text(json.dumps(rec))
     os.replace(tmp, d / str(os.getpid()))  # atomic: a reader never sees half a record

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
+from raydbg.memory.metrics import Metrics
 from raydbg.memory.policy import Candidate, Decision, PolicyConfig, Snapshot, decide, trigger_of
 from raydbg.memory.procs import ProcMem, scan
 
@@ -159,7 +160,7 @@ class MemoryMonitor:
         self.last_decision: Decision | None = None
         self.stats: dict[str, Any] = {"polls": 0, "scans": 0, "rounds": 0, "kills": 0}
         self._stop = threading.Event()
-        self._metrics = _Metrics()
+        self._metrics = Metrics()
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> None:
@@ -371,38 +372,3 @@ def _with_kills(c: Candidate, kills: dict[str, int]) -> Candidate:
 
         return replace(c, prior_kills=mine)
     return c
-
-
-class _Metrics:
-    """OpenTelemetry instruments (no-ops until telemetry.setup() ran in this process)."""
-
-    def __init__(self) -> None:
-        try:
-            from raydbg import telemetry
-
-            self.used = telemetry.gauge("raydbg.memory.node.used", "By", "Node memory used")
-            self.limit = telemetry.gauge("raydbg.memory.node.limit", "By", "Node memory limit")
-            self.kills = telemetry.counter("raydbg.memory.kills", "{kill}", "Workers killed")
-            self.reaction = telemetry.histogram(
-                "raydbg.memory.reaction", "s", "Threshold crossing to kill"
-            )
-            self.recovery = telemetry.histogram(
-                "raydbg.memory.recovery", "s", "Threshold crossing to back under it"
-            )
-            self.ok = True
-        except Exception:
-            self.ok = False
-
-    def node(self, node: NodeMemory, node_id: str) -> None:
-        if self.ok:
-            self.used.set(node.used, node_id=node_id)
-            self.limit.set(node.limit, node_id=node_id)
-
-    def kill(self, kind: str, dry: bool, reaction: float, node_id: str) -> None:
-        if self.ok:
-            self.kills.add(1, kind=kind, dry_run=dry, node_id=node_id)
-            self.reaction.record(reaction, node_id=node_id)
-
-    def recovered(self, seconds: float, node_id: str) -> None:
-        if self.ok:
-            self.recovery.record(seconds, node_id=node_id)

@@ -13,7 +13,9 @@ retries must not burn out); groups by caller, largest group first, then the grou
 whose oldest member is newest; newest first within a group.
 
 Selection: stages strictly in order (a worse stage is touched only when the better
-ones cannot free enough). Inside the current stage the first candidate in preference
+ones cannot free enough). Non-retriable work (stages 4-5) is killed only on a real
+crossing (never on a trend alone), never in a round that already killed retriable
+work (re-measure first), and only for what is over the target now. Inside the current stage the first candidate in preference
 order that alone frees what is still needed is chosen (one kill rather than several);
 when none does, simply the first in preference order. Stop as soon as the deficit
 is covered. The deficit counts the node's growth over `project_s` (the time until
@@ -251,6 +253,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
     victims: list[Victim] = []
     chosen: set[int] = set()
     need_left = need
+    held_back = ""
     while need_left > 0:
         order = preference_order(snap.candidates, frozenset(chosen), idle_first)
         if not order:
@@ -264,6 +267,19 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
 
         head = order[0]
         st = stage(head, idle_first)
+        if st >= 4:
+            # Losing work that cannot be retried needs more than a forecast: a real
+            # crossing, no retriable kill this round (re-measure after those exit first),
+            # and only what is over the target now, not the projection.
+            if trig == "trend":
+                held_back = "; non-retriable work is not killed on a trend alone"
+                break
+            if victims:
+                held_back = "; non-retriable work waits for the next round"
+                break
+            need_left = min(need_left, snap.used - target)
+            if need_left <= 0:
+                break
         tier = [c for c in order if stage(c, idle_first) == st]
         nonlast = [c for c in tier if not is_last(c)]
         # A caller's last running task is spared while the others can free enough.
@@ -278,7 +294,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
         victims.append(Victim(pick, reason, freed))
         chosen.add(pick.pid)
         need_left -= freed
-    short = (
+    short = held_back or (
         f"; all candidates together free too little ({_gib(need_left)} short)"
         if need_left > 0
         else ""

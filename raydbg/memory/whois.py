@@ -325,6 +325,7 @@ class Resolver:
         self.gpu = gpu  # a GpuReader or None
         self.run_dir = run_dir
         self.errors = 0
+        self.held: set[int] = set()
         self._pruned = time.monotonic()
 
     def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Candidate]:
@@ -337,6 +338,15 @@ class Resolver:
         budgets: dict[str, int] = {}
         kills: dict[str, int] = {}
         recs = local.read_running(sorted(workers), self.run_dir)
+        # Held at start by the gate: nothing to free there, and a kill would burn a retry.
+        held = {
+            p
+            for p, r in recs.items()
+            if r.get("held") and _short(str(r.get("name"))) == _short(ti[p])
+        }
+        workers -= held
+        self.held = held
+        recs = {p: r for p, r in recs.items() if p in workers}
         if time.monotonic() - self._pruned > 60:
             self._pruned = time.monotonic()
             local.prune(self.run_dir, self.roots.proc)
@@ -370,4 +380,5 @@ class Resolver:
         if self.gpu is not None:
             g = self.gpu.read()
             gpu = g.per_pid if g is not None else {}
+        ti = {p: t for p, t in ti.items() if p not in held}
         return candidates(procs, ti, tasks, actors, budgets, kills, growth, gpu, self.protect)
