@@ -68,6 +68,14 @@ def row(scenario: str, r: dict[str, Any]) -> dict[str, Any]:
         "peak_mb": r.get("peak_mb"),
         "reaction_ms": round(1000 * statistics.median(reactions)) if reactions else None,
         "error": None if res else (r.get("driver_tail") or "")[-300:],
+        # Who raydbg killed, for the record: kind, name, retriable, retries left, attempt.
+        "victims": [
+            {
+                k: e["details"]["victim"].get(k)
+                for k in ("kind", "name", "retriable", "retries_left", "attempt")
+            }
+            for e in sorted(r.get("events", []), key=lambda e: e["ts"])
+        ],
     }
 
 
