@@ -46,7 +46,7 @@ def export_pipeline(run_dir: Path, out: Path, ckpt: Path | None = None, use_ema:
         raise UserError(f"{ckpt} is not a complete checkpoint (no DCP .metadata)")
     unet = UNet2DConditionModel(**spec.unet)
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*process group.*")  # single-process load is intended
+        warnings.filterwarnings("ignore", message=".*single process.*")  # intended: no process group
         state = checkpoint.load_unet_weights(ckpt, unet, use_ema)
     vae, text_encoder = load_encoders(spec)
     prediction_type = run["config"]["prediction_type"]

@@ -127,7 +127,7 @@ def _cluster_has_gpu() -> bool:
     return ray.cluster_resources().get("GPU", 0) > 0
 
 
-def cpu_stage(ds: Any, source: sources.Source, spec: ComponentsSpec, opts: PreprocessOptions, stats: Any) -> Any:
+def cpu_stage(ds: Any, source: sources.Source, spec: ComponentsSpec, batch_size: int, concurrency: int, stats: Any) -> Any:
     """Append the CPU stage (also used by `train --online`)."""
     import ray.data
 
@@ -139,9 +139,9 @@ def cpu_stage(ds: Any, source: sources.Source, spec: ComponentsSpec, opts: Prepr
             "report": _reporter(stats, "cpu") if stats is not None else None,
             "sidecar_captions": sources.sidecar_filesystem(source),
         },
-        batch_size=opts.cpu_batch_size,
+        batch_size=batch_size,
         batch_format="numpy",
-        compute=ray.data.TaskPoolStrategy(size=opts.cpu_concurrency),
+        compute=ray.data.TaskPoolStrategy(size=concurrency),
         num_cpus=1,
     )
 
@@ -153,7 +153,7 @@ def build_pipeline(opts: PreprocessOptions, spec: ComponentsSpec, stats: Any) ->
     ds = sources.read(source, opts.columns)
     if opts.limit:
         ds = ds.limit(opts.limit)
-    ds = cpu_stage(ds, source, spec, opts, stats)
+    ds = cpu_stage(ds, source, spec, opts.cpu_batch_size, opts.cpu_concurrency, stats)
     gpu = _cluster_has_gpu()
     ds = ds.map_batches(
         Encoder,

@@ -81,30 +81,28 @@ def _offline_dataset(cfg: TrainConfig) -> tuple[Any, ComponentsSpec, str]:
 
 def _online_dataset(cfg: TrainConfig, run_dir: Path) -> tuple[Any, ComponentsSpec]:
     from sd_reference import sources
-    from sd_reference.preprocess import PreprocessOptions, cpu_stage
+    from sd_reference.preprocess import cpu_stage
 
     source = sources.detect(cfg.data)
     preset = get_preset(cfg.preset, cfg.resolution)
     spec = prepare_components(preset, cfg.pretrained, run_dir / "components", cfg.seed)
     spec.pretrained_unet = cfg.pretrained_unet
-    opts = PreprocessOptions(input=cfg.data, out=str(run_dir), cpu_concurrency=2)
-    ds = cpu_stage(sources.read(source), source, spec, opts, None).select_columns(["pixels", "input_ids"])
-    return ds, spec
+    ds = cpu_stage(sources.read(source), source, spec, batch_size=32, concurrency=2, stats=None)
+    return ds.select_columns(["pixels", "input_ids"]), spec
 
 
-def _tail(log_path: Path, start_size: int, total: int, on_record: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
-    """Follow the log rank 0 writes and feed each new record to the progress display."""
-    offset = start_size
+def _tail(log_path: Path, offset: int, on_record: Callable[[dict[str, Any]], None], stop: threading.Event) -> None:
+    """Follow the log rank 0 writes and feed each complete new record to `on_record`."""
     while not stop.is_set():
         stop.wait(0.5)
         if not log_path.exists():
             continue
-        with log_path.open() as f:
+        with log_path.open("rb") as f:
             f.seek(offset)
             chunk = f.read()
-        complete = chunk[: chunk.rfind("\n") + 1]
-        offset += len(complete.encode())
-        for line in complete.splitlines():
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a half-written line waits for the next poll
+        offset += len(complete)
+        for line in complete.decode(errors="replace").splitlines():
             try:
                 on_record(json.loads(line))
             except ValueError:
@@ -160,7 +158,7 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
     start_size = log_path.stat().st_size if log_path.exists() else 0
     tail = None
     if on_record is not None:
-        tail = threading.Thread(target=_tail, args=(log_path, start_size, cfg.steps, on_record, stop), daemon=True)
+        tail = threading.Thread(target=_tail, args=(log_path, start_size, on_record, stop), daemon=True)
         tail.start()
     start = time.perf_counter()
     try:

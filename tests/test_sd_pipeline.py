@@ -83,14 +83,23 @@ def test_preprocess_webdataset_and_folder(cluster: None, work: Path, fmt: str, s
     assert manifest["latent_shape"] == [4, 8, 8]
 
 
-def test_train_fsdp2_failure_resume_export_sample(latents: Path, work: Path) -> None:
-    runs = work / "runs"
-    argv = ["--no-progress", "train", "--data", str(latents), "--storage-path", str(runs), "--name", "e2e",
+@pytest.fixture(scope="module")
+def fsdp_run(latents: Path, work: Path) -> Path:
+    """2 workers, FSDP2, 8 steps, checkpoints every 2, rank 1 killed at step 5 (resumes), export."""
+    argv = ["--no-progress", "train", "--data", str(latents), "--storage-path", str(work / "runs"), "--name", "e2e",
             "--workers", "2", "--strategy", "fsdp", "--steps", "8", "--batch-size", "4",
             "--checkpoint-every", "2", "--inject-failure-at-step", "5", "--max-failures", "2", "--fingerprint"]
     assert main(argv) == 0
-    run = runs / "e2e"
-    log = [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+    return work / "runs" / "e2e"
+
+
+def _log(run: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in (run / "train_log.jsonl").read_text().splitlines()]
+
+
+def test_train_fsdp2_failure_resume_export_sample(fsdp_run: Path, work: Path) -> None:
+    run = fsdp_run
+    log = _log(run)
     events = [r.get("event") for r in log if r.get("event")]
     assert events.count("start") == 1 and events.count("resume") == 1 and events[-1] == "end"
     assert json.loads((run / ".failure_injected").read_text())["rank"] == 1
@@ -126,17 +135,17 @@ def test_train_fsdp2_failure_resume_export_sample(latents: Path, work: Path) -> 
     assert Image.open(samples / pngs[0]).size == (64, 64)
 
 
-def test_train_online_ddp(cluster: None, work: Path) -> None:
-    """--online encodes in the loop from raw parquet; DDP; a second call resumes the finished run."""
-    runs = work / "runs"
+def test_resume_fsdp2_run_online_with_ddp(fsdp_run: Path, work: Path) -> None:
+    """Same name = same run: it continues from step 8, resharded from FSDP2 to DDP, encoding online."""
+    before = len(_log(fsdp_run))
     argv = ["--no-progress", "train", "--online", "--data", str(work / "data" / "laion"), "--storage-path",
-            str(runs), "--name", "online", "--strategy", "ddp", "--batch-size", "4", "--no-export"]
-    assert main([*argv, "--steps", "2", "--checkpoint-every", "2"]) == 0
-    log_file = runs / "online" / "train_log.jsonl"
-    log = [json.loads(line) for line in log_file.read_text().splitlines()]
-    assert [r["step"] for r in log if "loss" in r and not r.get("event")] == [1, 2]
-    assert all("encode" in r["timings"] for r in log if "timings" in r)
-    assert main([*argv, "--steps", "3", "--checkpoint-every", "3"]) == 0
-    log = [json.loads(line) for line in log_file.read_text().splitlines()]
-    assert [r["step"] for r in log if r.get("event") == "resume"] == [2]
-    assert [r["step"] for r in log if "loss" in r and not r.get("event")] == [1, 2, 3]
+            str(work / "runs"), "--name", "e2e", "--strategy", "ddp", "--batch-size", "4", "--steps", "10",
+            "--checkpoint-every", "2", "--no-export"]
+    assert main(argv) == 0
+    log = _log(fsdp_run)[before:]
+    assert log[0]["event"] == "resume" and log[0]["step"] == 8
+    steps = [r for r in log if "loss" in r and not r.get("event")]
+    assert [r["step"] for r in steps] == [9, 10]
+    assert all("encode" in r["timings"] and np.isfinite(r["loss"]) for r in steps)
+    final = json.loads((fsdp_run / "step_00000010" / "train_state.json").read_text())
+    assert final["step"] == 10 and final["strategy"] == "ddp"
