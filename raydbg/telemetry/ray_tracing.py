@@ -10,9 +10,11 @@ extracts it and runs the task under a CONSUMER span whose parent is the caller's
 The flag must be on in the *worker* before it receives such an argument, or Ray's
 wrapper fails. Ray guarantees that for every process when the cluster was started
 with a tracing start-up hook (`ray.init(**ray_init_kwargs())` or `ray start --head
---tracing-startup-hook=raydbg.telemetry.ray_tracing:startup_hook`). raydbg's own
-worker set-up hook calls `telemetry.setup()`, which enables it too. The caller side is
-therefore switched on only when one of those holds (or `RAYDBG_TRACE_TASKS=1`).
+--tracing-startup-hook=raydbg.telemetry.ray_tracing:startup_hook`). With
+`RAYDBG_TRACE_TASKS=1` (carried to the job's workers), raydbg's worker set-up hook calls
+`telemetry.setup()` in every worker, which enables it too. The caller side is therefore
+switched on only when one of those holds. (The hook does not set telemetry up otherwise:
+importing OpenTelemetry costs every worker ~130 ms at start.)
 """
 
 from __future__ import annotations
@@ -63,21 +65,13 @@ def _cluster_has_hook(ray: Any) -> bool:
     return value is not None
 
 
-def _job_has_raydbg_hook(ray: Any) -> bool:
-    # raydbg's activation adds its worker set-up hook, which calls telemetry.setup()
-    # (and so enables tracing) in every worker of the job before its first task.
-    try:
-        env = ray.get_runtime_context().runtime_env or {}
-    except Exception:
-        return False
-    return "raydbg" in str(env.get("worker_process_setup_hook", ""))
+def trace_tasks_requested() -> bool:
+    return os.environ.get("RAYDBG_TRACE_TASKS", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def propagation_safe(ray: Any) -> bool:
     """True when every worker of this job is sure to have Ray's tracing flag on."""
-    if os.environ.get("RAYDBG_TRACE_TASKS", "").strip().lower() in ("1", "true", "yes", "on"):
-        return True
-    return _cluster_has_hook(ray) or _job_has_raydbg_hook(ray)
+    return trace_tasks_requested() or _cluster_has_hook(ray)
 
 
 def enabled() -> bool:
@@ -105,7 +99,7 @@ def enable() -> bool:
         return True
     log.info(
         "raydbg telemetry: trace context is not propagated to Ray tasks; start the cluster "
-        "with raydbg.telemetry.ray_init_kwargs() or activate raydbg (RAY_DEBUG=1)"
+        "with raydbg.telemetry.ray_init_kwargs(), or set RAYDBG_TRACE_TASKS=1 with raydbg active"
     )
     return False
 

@@ -56,6 +56,13 @@ def setup_hook() -> None:
     """Entry point named in runtime_env['worker_process_setup_hook']."""
     if config.is_active():
         install()
+        from raydbg.telemetry.ray_tracing import trace_tasks_requested
+
+        if trace_tasks_requested():
+            # The driver propagates trace context to this job's tasks: be ready to take it.
+            from raydbg import telemetry
+
+            telemetry.setup("worker")
     _run_user_hook()
 
 
