@@ -21,4 +21,6 @@ if __name__ == "__main__":
     run("post-mortem (nobody attaches: re-raises after 3 s)", "post_mortem.py",
         RAY_DEBUG="1", RAY_DEBUG_POST_MORTEM="1", RAYDBG_WAIT_TIMEOUT="3")
     run("forward + attach from a script", "forward_attach.py")
+    run("the main job: SD reference app on the embedded synthetic data, raydbg active", "sd_demo.py",
+        RAY_DEBUG="1", RAYDBG_WAIT_TIMEOUT="30", SD_DEMO_STEPS="30")
     print("\nraydbg demo done.")
