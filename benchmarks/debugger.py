@@ -357,36 +357,53 @@ class Bench:
             env.update(RAY_DEBUG="1", RAYDBG_DISABLE="1")
         return env
 
-    async def start_drivers(self) -> None:
-        names = {"raydbg": "raydbg", "plain": "plain"}
-        if self.args.control:
-            names["control"] = "plain"  # a second plain driver: the A/A noise floor of the ratio
-        self.drivers = {n: Driver(n, k, self.driver_env(k), self.tmp) for n, k in names.items()}
+    async def start_drivers(self, epoch: int = 0) -> None:
+        names = [("raydbg", "raydbg"), ("plain", "plain")]
+        if self.args.control and not self.args.skip_throughput:
+            names.append(("control", "plain"))  # a second plain driver: the A/A noise floor
+        names = names[epoch % len(names):] + names[:epoch % len(names)]  # who starts first rotates
+        self.drivers = {n: Driver(n, k, self.driver_env(k), self.tmp) for n, k in names}
         await asyncio.gather(*(d.start() for d in self.drivers.values()))
+
+    async def stop_drivers(self) -> None:
+        for drv in self.drivers.values():
+            await drv.stop()
+        self.drivers = {}
 
     # -- 1. throughput ------------------------------------------------------------------------
     async def throughput(self) -> None:
-        n = self.args.tasks
-        for kind, drv in self.drivers.items():
-            self.step(f"throughput: warm-up ({kind})")
-            for _ in range(self.args.warmup):
-                await drv.call("tasks", n=n, timeout=300)
-            self.step(f"throughput: warm-up ({kind})", 1)
-        # ABBA with two drivers; with the control, every order of the three in turn
-        orders = list(itertools.permutations(self.drivers))
-        if len(self.drivers) == 2:
-            orders = [("raydbg", "plain"), ("plain", "raydbg")]
-        for r in range(self.args.throughput_rounds):
-            for kind in orders[r % len(orders)]:
-                self.step(f"throughput: round {r + 1}, {kind}")
-                before = _tree_cpu()
-                got = await self.drivers[kind].call("tasks", n=n, timeout=300)
-                self.add(f"task_cpu_us.all.{kind}", _cpu_delta(before, _tree_cpu()) / n * 1e6)
-                self.add(f"throughput.{kind}", n / got["wall"])
-                self.add(f"task_cpu_us.driver.{kind}", got["driver_cpu"] / n * 1e6)
-                if got["workers_cpu"] is not None:
-                    self.add(f"task_cpu_us.workers.{kind}", got["workers_cpu"] / n * 1e6)
-                self.step(f"throughput: round {r + 1}, {kind}", 1)
+        """Epochs of rounds; each epoch has new drivers (new jobs, new workers): one driver
+        instance can be steadily faster than an identical one, so no kind keeps one."""
+        n, epochs = self.args.tasks, self.args.epochs
+        done = 0
+        for epoch in range(epochs):
+            if epoch > 0:
+                self.step(f"throughput: new drivers (epoch {epoch + 1}/{epochs})")
+                await self.stop_drivers()
+                await self.start_drivers(epoch)
+            for kind, drv in self.drivers.items():
+                self.step(f"throughput: warm-up ({kind})")
+                for _ in range(self.args.warmup):
+                    await drv.call("tasks", n=n, timeout=300)
+                self.step(f"throughput: warm-up ({kind})", 1)
+            # ABBA with two drivers; with the control, every order of the three in turn
+            orders = list(itertools.permutations(sorted(self.drivers, reverse=True)))
+            if len(self.drivers) == 2:
+                orders = [("raydbg", "plain"), ("plain", "raydbg")]
+            rounds = self.args.throughput_rounds * (epoch + 1) // epochs - done
+            for _ in range(rounds):
+                order = orders[done % len(orders)]
+                done += 1
+                for kind in order:
+                    self.step(f"throughput: round {done}, {kind}")
+                    before = _tree_cpu()
+                    got = await self.drivers[kind].call("tasks", n=n, timeout=300)
+                    self.add(f"task_cpu_us.all.{kind}", _cpu_delta(before, _tree_cpu()) / n * 1e6)
+                    self.add(f"throughput.{kind}", n / got["wall"])
+                    self.add(f"task_cpu_us.driver.{kind}", got["driver_cpu"] / n * 1e6)
+                    if got["workers_cpu"] is not None:
+                        self.add(f"task_cpu_us.workers.{kind}", got["workers_cpu"] / n * 1e6)
+                    self.step(f"throughput: round {done}, {kind}", 1)
 
     # -- 2-4. debug rounds ----------------------------------------------------------------------
     async def debug_round(self, kind: str) -> None:
@@ -539,7 +556,7 @@ class Bench:
 
         a = self.args
         drivers = 3 if a.control else 2
-        total = 3 + (0 if a.skip_throughput else drivers * (1 + a.throughput_rounds)) + (
+        total = 3 + (0 if a.skip_throughput else drivers * (a.epochs + a.throughput_rounds)) + (
             0 if a.skip_debug else 2 * a.rounds)
         started = time.time()
         load_before = os.getloadavg()
@@ -570,8 +587,7 @@ class Bench:
         return self.result(started, load_before)
 
     async def shutdown(self) -> None:
-        for drv in self.drivers.values():
-            await drv.stop()
+        await self.stop_drivers()
         try:
             import psutil
 
@@ -638,7 +654,7 @@ class Bench:
             "versions": {"python": platform.python_version(), "ray": ray.__version__,
                          "debugpy": debugpy.__version__},
             "config": {"tasks": self.args.tasks, "throughput_rounds": self.args.throughput_rounds,
-                       "control": self.args.control,
+                       "control": self.args.control, "epochs": self.args.epochs,
                        "warmup": self.args.warmup, "debug_rounds": self.args.rounds, "spins": self.args.spins,
                        "loops": LOOPS, "cpus": self.args.cpus, "poll_s": POLL_S,
                        "wait_timeout": self.args.wait_timeout},
@@ -791,6 +807,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="few rounds: a smoke test (~1 min)")
     p.add_argument("--rounds", type=int, help="debug rounds per debugger (default 5, --quick 1)")
     p.add_argument("--throughput-rounds", type=int, help="throughput rounds per driver (default 12, --quick 2)")
+    p.add_argument("--epochs", type=int, help="fresh drivers this many times in the throughput part (default 3, --quick 1)")
     p.add_argument("--spins", type=int, help="runs of each CPU loop per actor per round (default 4, --quick 2)")
     p.add_argument("--warmup", type=int, help="unmeasured throughput runs per driver (default 2, --quick 1)")
     p.add_argument("--tasks", type=int, default=2000)
@@ -804,8 +821,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
-    for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 12, 2), ("spins", 4, 2), ("warmup", 2, 1),
-                              ("control", True, False)):
+    for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 12, 2), ("epochs", 3, 1), ("spins", 4, 2),
+                              ("warmup", 2, 1), ("control", True, False)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     return args
