@@ -636,8 +636,12 @@ class Bench:
             # never-debugged workers: raydbg's job vs plain Ray (different rounds: noisier)
             ratios[f"cpu.{loop}.idle"] = _ratio(med, f"spin.{loop}.builtin.fresh", f"spin.{loop}.raydbg.fresh")
         ratios = {k: round(v, 4) for k, v in ratios.items()}
+        # When two identical plain drivers differ at least as much, the gap is not raydbg's.
+        control = ratios.get("throughput.control", float("nan"))
+        within_noise = abs(1 - control) >= abs(1 - ratios["throughput"])
         checks = {
             "throughput": ratios["throughput"] >= TARGETS["throughput_ratio"],
+            "throughput.within_aa_noise": within_noise,
             "cpu.calls": ratios["cpu.calls.raydbg"] >= TARGETS["cpu_ratio"],
             "cpu.loop": ratios["cpu.loop.raydbg"] >= TARGETS["cpu_ratio"],
             "pause.cold": med.get("pause.raydbg.listed.cold", 1e9) <= TARGETS["pause_ms"],
@@ -742,7 +746,9 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     return [
         (f"throughput, {n:,} no-op tasks", _f(med, "throughput.raydbg", " /s"),
          _f(med, "throughput.plain", " /s") + " (plain Ray)", "", ""),
-        ("  ratio raydbg / plain Ray", r("throughput"), "", ">= 0.98", met("throughput")),
+        ("  ratio raydbg / plain Ray", r("throughput"), "", ">= 0.98",
+         "no, within A/A noise" if not checks["throughput"] and checks.get("throughput.within_aa_noise") else
+         met("throughput")),
         ("  median of the rounds' ratios", r("throughput.paired"), "", "", ""),
         ("  A/A control: a 2nd plain driver / plain (same, paired)",
          f"{r('throughput.control')}, {r('throughput.control.paired')}", "", "", ""),
