@@ -41,6 +41,7 @@ import argparse
 import asyncio
 import itertools
 import json
+import logging
 import os
 import platform
 import shutil
@@ -106,7 +107,7 @@ def driver_main(kind: str) -> None:
         import raydbg
 
         runtime_env = raydbg.runtime_env()
-    ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, logging_level="ERROR",
+    ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, logging_level=logging.ERROR,
              log_to_driver=False)
     remote_noop = ray.remote(noop)
     task_workers: set[int] = set()
@@ -332,8 +333,8 @@ class Bench:
         os.environ["RAY_AUTH_MODE"] = "disabled"  # raydbg's own token, read from this cluster
         # Both drivers' workers stay alive between rounds (by default Ray keeps only num_cpus
         # idle workers, so each switch of driver would restart workers and time their start).
-        ctx = ray.init(num_cpus=self.args.cpus, _temp_dir=str(self.tmp), include_dashboard=True,
-                       dashboard_port=_free_port(), logging_level="ERROR", log_to_driver=False,
+        ctx: Any = ray.init(num_cpus=self.args.cpus, _temp_dir=str(self.tmp), include_dashboard=True,
+                       dashboard_port=_free_port(), logging_level=logging.ERROR, log_to_driver=False,
                        _system_config={"num_workers_soft_limit": 4 * self.args.cpus + 8})
         self.gcs = ctx.address_info["gcs_address"]
         self.dashboard = "http://" + str(ctx.dashboard_url)
