@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -37,13 +38,16 @@ def node_memory() -> dict[str, int]:
         return {"used": int(vm.total - vm.available), "limit": int(vm.total)}
 
 
+RAY_DAEMONS = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
+
+
 def count_ray_workers() -> int:
-    count = 0
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = proc.info.get("cmdline") or []
-        if cmd and "default_worker.py" in " ".join(cmd[:3]):
-            count += 1
-    return count
+    """Workers of this node: the raylet's `ray::...` children (the agent is one of them)."""
+    try:
+        raylet = psutil.Process(os.getppid())
+        return sum(1 for p in raylet.children() if p.name().startswith("ray::") and p.name() not in RAY_DAEMONS)
+    except psutil.Error:
+        return 0
 
 
 def cluster_nodes() -> list[dict[str, Any]]:

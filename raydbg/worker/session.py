@@ -76,61 +76,66 @@ def _publish(rec: SessionRecord) -> None:
 def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None) -> bool:
     """Pause this thread at `frame` for a remote client; False if nobody came in time."""
     rec = build_record(frame, reason, exc_info)
-    _publish(rec)  # listed at once, before debugpy has started
+    _publish(rec)  # listed at once, before the debugger has started
     from raydbg.agent.lifecycle import ensure_agents_soon
 
     ensure_agents_soon(rec.node_id)
-    m = metrics()
-    m.paused.add(1, reason=reason)
-    outcome = "resumed"
-    with m.telemetry.span("raydbg.session.pause", reason=reason) as span:
-        span.set_attribute("raydbg.session.id", rec.id)
-        try:
-            outcome = _serve(rec, frame, reason, exc_info)
-        finally:
-            span.set_attribute("outcome", outcome)
-            m.duration.record(time.time() - rec.since, reason=reason, outcome=outcome)
-    return outcome == "resumed"
-
-
-def _serve(rec: SessionRecord, frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None) -> str:
-    """Wait for clients until one resumes the thread; the outcome names how it ended."""
+    outcome = "failed"
     try:
-        host = "127.0.0.1"
-        if config.compat_bind_node_ip():
-            host = "0.0.0.0"  # node IP and loopback: Ray's tooling dials the former, the relay the latter
-        rec.port = debugger.ensure_listening(host)
-        if host != "127.0.0.1":
-            log.warning(
-                "raydbg COMPATIBILITY MODE (RAYDBG_COMPAT_BIND_NODE_IP=1): the debugger of worker %s "
-                "listens on %s:%s WITHOUT authentication; anyone who can reach this node can run "
-                "code in this process while it is paused", rec.pid, rec.node_ip, rec.port,
-            )
-        rec.state = "waiting"
-        _publish(rec)
-        timeout = config.wait_timeout()
-        while True:
-            if not debugger.wait_for_client(timeout):
-                what = "continuing" if reason == "breakpoint" else "re-raising"
-                log.warning(
-                    "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
-                    rec.id, timeout, what,
-                )
-                _event("session.timeout", rec)
-                metrics().timed_out.add(1, reason=reason)
-                return "timed_out"
-            rec.state = "attached"
-            _publish(rec)
-            metrics().attached.add(1, reason=reason)
-            if debugger.suspend(frame, exc_info):
-                return "resumed"
-            rec.state = "waiting"  # the client left without seeing this stop
-            _publish(rec)
+        _listen(rec)  # attachable as soon as possible; telemetry comes after
+        m = metrics()
+        m.paused.add(1, reason=reason)
+        with m.telemetry.span("raydbg.session.pause", reason=reason) as span:
+            span.set_attribute("raydbg.session.id", rec.id)
+            try:
+                outcome = _wait_and_suspend(rec, frame, reason, exc_info)
+            finally:
+                span.set_attribute("outcome", outcome)
+                m.duration.record(time.time() - rec.since, reason=reason, outcome=outcome)
     finally:
         try:
             registry.delete(registry.SESSION + rec.id)
         except Exception:
             log.exception("raydbg: could not remove session record %s", rec.id)
+    return outcome == "resumed"
+
+
+def _listen(rec: SessionRecord) -> None:
+    host = "127.0.0.1"
+    if config.compat_bind_node_ip():
+        host = "0.0.0.0"  # node IP and loopback: Ray's tooling dials the former, the relay the latter
+    rec.port = debugger.ensure_listening(host)
+    if host != "127.0.0.1":
+        log.warning(
+            "raydbg COMPATIBILITY MODE (RAYDBG_COMPAT_BIND_NODE_IP=1): the debugger of worker %s "
+            "listens on %s:%s WITHOUT authentication; anyone who can reach this node can run "
+            "code in this process while it is paused", rec.pid, rec.node_ip, rec.port,
+        )
+    rec.state = "waiting"
+    _publish(rec)
+
+
+def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
+                      exc_info: debugger.ExcInfo | None) -> str:
+    """Wait for clients until one resumes the thread; the outcome names how it ended."""
+    timeout = config.wait_timeout()
+    while True:
+        if not debugger.wait_for_client(timeout):
+            what = "continuing" if reason == "breakpoint" else "re-raising"
+            log.warning(
+                "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
+                rec.id, timeout, what,
+            )
+            _event("session.timeout", rec)
+            metrics().timed_out.add(1, reason=reason)
+            return "timed_out"
+        rec.state = "attached"
+        _publish(rec)
+        metrics().attached.add(1, reason=reason)
+        if debugger.suspend(frame, exc_info):
+            return "resumed"
+        rec.state = "waiting"  # the client left without seeing this stop
+        _publish(rec)
 
 
 def _event(kind: str, rec: SessionRecord) -> None:
