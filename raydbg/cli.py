@@ -156,6 +156,21 @@ def cmd_forward(args: argparse.Namespace) -> int:
     return 0
 
 
+# --- prometheus -------------------------------------------------------------------
+def cmd_prometheus(args: argparse.Namespace) -> int:
+    """Write a file_sd target file of every agent's /metrics and print the scrape config."""
+    from raydbg import auth
+    from raydbg.telemetry.prometheus import scrape_config, write_file_sd
+
+    gw = _gateway(args)
+    agents = asyncio.run(gw.get("/api/v1/agents"))
+    path = write_file_sd(args.file_sd, agents)
+    token_file = args.token_file or str(auth.RAYDBG_TOKEN_PATH)
+    print(f"# {len(agents)} agent(s) written to {path}; add this to prometheus.yml:")
+    print(scrape_config(file_sd_path=path, bearer_token_file=token_file), end="")
+    return 0
+
+
 # --- parser -----------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
     p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
@@ -188,6 +203,10 @@ def _register_core(sub: Any) -> None:
     p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port)")
     _common(p, json_flag=False)
     p.set_defaults(fn=cmd_forward)
+    p = sub.add_parser("prometheus", help="file_sd targets + scrape config for every agent's /metrics")
+    p.add_argument("--file-sd", default="raydbg_targets.json", help="target file to write")
+    _common(p, json_flag=False)
+    p.set_defaults(fn=cmd_prometheus)
 
 
 # Other parts (tui, telemetry, memory) add their subcommands here.

@@ -234,3 +234,56 @@ def test_agent_restarts_after_it_dies_then_down_stops_it(cluster: str) -> None:
     assert down.returncode == 0 and "stopped 1 agent" in down.stdout
     after = raydbg_cli(cluster, "status")
     assert after.returncode == 1 and "not active" in after.stderr
+
+
+def test_prometheus_scrapes_a_running_agent(cluster: str, tmp_path: Path) -> None:
+    """`raydbg prometheus` writes the targets; a real Prometheus scrapes the agent with the token."""
+    import shutil
+    import urllib.parse
+    import urllib.request
+
+    import yaml
+
+    binary = shutil.which("prometheus")
+    if binary is None:
+        install = subprocess.run(["bash", str(REPO / "tests" / "telemetry_install_prometheus.sh")],
+                                 capture_output=True, text=True, timeout=300)
+        binary = shutil.which("prometheus")
+        if binary is None:
+            pytest.skip(f"Debian's prometheus package could not be installed: {install.stderr.strip()}")
+    assert raydbg_cli(cluster, "up").returncode == 0
+    gw = gateway(cluster)
+    token_file = tmp_path / "token"
+    token_file.write_text(gw.token)
+    # One refused request, so the relay counter has a value to scrape.
+    with socket.create_connection(gw.address.rsplit(":", 1)) as s:
+        s.sendall(b"GET /api/v1/sessions HTTP/1.0\r\n\r\n")
+        s.recv(100)
+    out = raydbg_cli(cluster, "prometheus", "--file-sd", str(tmp_path / "targets.json"),
+                     "--token-file", str(token_file))
+    assert out.returncode == 0, out.stderr
+    config = yaml.safe_load(out.stdout)
+    config["global"] = {"scrape_interval": "1s"}
+    config["scrape_configs"][0]["scrape_interval"] = "1s"
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
+                               f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        result: list[Any] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not result:
+            time.sleep(1)
+            query = urllib.parse.urlencode({"query": 'raydbg_relay_connections_total{outcome="refused"}'})
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/query?{query}", timeout=5) as resp:
+                    result = json.load(resp)["data"]["result"]
+            except OSError:
+                continue
+        assert result and float(result[0]["value"][1]) >= 1, result
+    finally:
+        server.terminate()
+        server.wait(10)
