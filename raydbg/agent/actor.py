@@ -45,6 +45,7 @@ class NodeAgent:
         if not self._ready.wait(30):
             raise RuntimeError("raydbg agent: server did not start")
         self._publish()
+        self.monitor = _spawn_memory_monitor(node_id)
         threading.Thread(target=self._heartbeat, name="raydbg-agent-heartbeat", daemon=True).start()
 
     def _serve(self) -> None:
@@ -110,9 +111,31 @@ class NodeAgent:
 
     def shutdown(self) -> None:
         self._stop.set()
+        if self.monitor is not None:
+            self.monitor.terminate()
         registry.delete(registry.AGENT + self.node_id)
         if self.is_head:
             registry.delete(registry.GATEWAY)
+
+
+def _spawn_memory_monitor(node_id: str) -> Any:
+    """The memory monitor runs as its own process (out of the OOM killer's first pick, which
+    every Ray worker, this agent included, is); one per node however often the agent restarts."""
+    if os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false"):
+        return None
+    try:
+        import ray
+
+        from raydbg.memory import service
+
+        logs = ray._private.worker._global_node.get_logs_dir_path()  # type: ignore[attr-defined]
+        return service.spawn(
+            ray.get_runtime_context().gcs_address, node_id, watch_pid=os.getppid(),
+            protect=(os.getpid(),), log_path=str(Path(logs) / "raydbg_memory.log"),
+        )
+    except Exception:
+        log.exception("raydbg agent: could not start the memory monitor")
+        return None
 
 
 def _write_gateway_file(gateway: dict[str, Any]) -> None:

@@ -27,12 +27,19 @@ def alive_node_ids() -> set[str]:
     return {n["NodeID"] for n in _ray_nodes() if n.get("Alive")}
 
 
-def node_memory() -> dict[str, int]:
-    """Memory used/limit as the memory monitor measures it, when available."""
-    try:
-        from raydbg.memory import node_memory as measured  # type: ignore[attr-defined]
+_measurer: Any = None
 
-        return dict(measured())
+
+def node_memory() -> dict[str, int]:
+    """Memory used/limit measured the way the memory monitor (and the kernel) judges it."""
+    global _measurer
+    try:
+        from raydbg.memory.measure import NodeMeasurer
+
+        if _measurer is None:
+            _measurer = NodeMeasurer(psi=False)
+        node = _measurer.read()
+        return {"used": int(node.used), "limit": int(node.limit)}
     except Exception:
         vm = psutil.virtual_memory()
         return {"used": int(vm.total - vm.available), "limit": int(vm.total)}

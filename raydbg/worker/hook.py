@@ -58,6 +58,11 @@ def setup_hook() -> None:
         install()
         from raydbg.telemetry.ray_tracing import trace_tasks_requested
 
+        if os.environ.get("RAYDBG_MEMORY_BUDGETS") == "1":
+            # Retry budgets of nested submissions + the start gate (a cost on every task).
+            from raydbg.memory import gate
+
+            gate.worker_setup()
         if trace_tasks_requested():
             # The driver propagates trace context to this job's tasks: be ready to take it.
             from raydbg import telemetry

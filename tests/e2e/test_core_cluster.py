@@ -287,3 +287,24 @@ def test_prometheus_scrapes_a_running_agent(cluster: str, tmp_path: Path) -> Non
     finally:
         server.terminate()
         server.wait(10)
+
+
+def test_the_agent_runs_the_memory_monitor_in_its_own_process(cluster: str) -> None:
+    from raydbg import registry
+
+    assert raydbg_cli(cluster, "up").returncode == 0
+    node_id = ray.get_runtime_context().get_node_id()
+    deadline = time.monotonic() + 30
+    status = None
+    while time.monotonic() < deadline and status is None:
+        status = registry.get("memory/" + node_id)
+        time.sleep(0.5)
+    assert status is not None, "no memory monitor status for this node"
+    monitors = [p for p in psutil.process_iter(["cmdline"])
+                if "raydbg.memory.service" in " ".join(p.info["cmdline"] or []) and node_id in " ".join(p.info["cmdline"])]
+    assert len(monitors) == 1
+    agent = next(a for a in json.loads(raydbg_cli(cluster, "status", "--json").stdout)["agents"]
+                 if a["node_id"] == node_id)
+    assert monitors[0].pid != agent["pid"]  # outside the agent: not the OOM killer's first pick
+    nodes = asyncio.run(gateway(cluster).nodes())
+    assert nodes[0]["memory"]["limit"] > 0
