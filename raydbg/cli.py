@@ -135,6 +135,20 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_events(args: argparse.Namespace) -> int:
+    events = asyncio.run(_gateway(args).events(args.limit))
+    if args.json:
+        _print_json(events)
+        return 0
+    if not events:
+        print("no events")
+        return 0
+    for ev in events:
+        when = time.strftime("%H:%M:%S", time.localtime(ev.get("ts", 0)))
+        print(f"{when}  {ev.get('kind', '?'):<18} {ev.get('message', '')}")
+    return 0
+
+
 # --- forward ----------------------------------------------------------------------
 def cmd_forward(args: argparse.Namespace) -> int:
     from raydbg.forward import Forwarder
@@ -198,6 +212,10 @@ def _register_core(sub: Any) -> None:
     p = sub.add_parser("list", help="paused debug sessions, cluster-wide")
     _common(p)
     p.set_defaults(fn=cmd_list)
+    p = sub.add_parser("events", help="memory-monitor kills and session events, newest first")
+    p.add_argument("--limit", type=int, default=50)
+    _common(p)
+    p.set_defaults(fn=cmd_events)
     p = sub.add_parser("forward", help="a local port any DAP client can attach to")
     p.add_argument("session_id")
     p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port)")

@@ -73,6 +73,8 @@ def test_killed_paused_worker_is_collected(cluster: str) -> None:
     started = time.monotonic()
     wait_gone(gw, rec["id"], timeout=10)
     assert time.monotonic() - started < 5
+    events = json.loads(raydbg_cli(cluster, "events", "--json").stdout)
+    assert any(e["kind"] == "session.collected" and e["details"]["session"] == rec["id"] for e in events)
     with pytest.raises(ray.exceptions.RayError):
         ray.get(ref, timeout=60)
 
