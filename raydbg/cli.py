@@ -135,18 +135,35 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_event(ev: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(ev, sort_keys=True), flush=True)
+        return
+    when = time.strftime("%H:%M:%S", time.localtime(ev.get("ts", 0)))
+    print(f"{when}  {ev.get('kind', '?'):<18} {ev.get('message', '')}", flush=True)
+
+
 def cmd_events(args: argparse.Namespace) -> int:
-    events = asyncio.run(_gateway(args).events(args.limit))
-    if args.json:
-        _print_json(events)
+    gw = _gateway(args)
+    events = asyncio.run(gw.events(args.limit))
+    if not args.follow:
+        if args.json:
+            _print_json(events)
+        elif not events:
+            print("no events")
+        for ev in [] if args.json else reversed(events):
+            _print_event(ev, False)
         return 0
-    if not events:
-        print("no events")
-        return 0
-    for ev in events:
-        when = time.strftime("%H:%M:%S", time.localtime(ev.get("ts", 0)))
-        print(f"{when}  {ev.get('kind', '?'):<18} {ev.get('message', '')}")
-    return 0
+    # --follow: oldest first, then new ones as they come (one JSON object per line with --json).
+    seen = {ev["id"] for ev in events}
+    for ev in reversed(events):
+        _print_event(ev, args.json)
+    while True:
+        time.sleep(1.0)
+        for ev in reversed(asyncio.run(gw.events(args.limit))):
+            if ev["id"] not in seen:
+                seen.add(ev["id"])
+                _print_event(ev, args.json)
 
 
 # --- forward ----------------------------------------------------------------------
@@ -212,8 +229,9 @@ def _register_core(sub: Any) -> None:
     p = sub.add_parser("list", help="paused debug sessions, cluster-wide")
     _common(p)
     p.set_defaults(fn=cmd_list)
-    p = sub.add_parser("events", help="memory-monitor kills and session events, newest first")
+    p = sub.add_parser("events", help="memory-monitor kills and session events (oldest first)")
     p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--follow", action="store_true", help="keep printing new events")
     _common(p)
     p.set_defaults(fn=cmd_events)
     p = sub.add_parser("forward", help="a local port any DAP client can attach to")

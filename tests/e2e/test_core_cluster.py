@@ -75,6 +75,17 @@ def test_killed_paused_worker_is_collected(cluster: str) -> None:
     assert time.monotonic() - started < 5
     events = json.loads(raydbg_cli(cluster, "events", "--json").stdout)
     assert any(e["kind"] == "session.collected" and e["details"]["session"] == rec["id"] for e in events)
+    from e2e.conftest import RAYDBG, cli_env
+
+    follow = subprocess.Popen([*RAYDBG, "events", "--follow", "--json"], env=cli_env(cluster),
+                              stdout=subprocess.PIPE, text=True, cwd=REPO)
+    try:
+        assert follow.stdout is not None
+        first = json.loads(follow.stdout.readline())
+        assert first["kind"] in ("session.collected", "session.timeout")
+    finally:
+        follow.kill()
+        follow.wait(10)
     with pytest.raises(ray.exceptions.RayError):
         ray.get(ref, timeout=60)
 
