@@ -53,7 +53,7 @@ def _count_requests() -> None:
 
 
 def ensure_listening(host: str = "127.0.0.1") -> int:
-    """Start debugpy (its adapter owns the port) once per process; return the port."""
+    """Start debugpy in process (pydevd owns the loopback port) once per process; return the port."""
     global _port
     with _lock:
         if _port is not None:
