@@ -23,19 +23,9 @@ import torch
 
 from raydbg import telemetry
 from raydbg.telemetry.provider import state
+from sd_reference.presets import tiny
 
-TINY_UNET: dict[str, Any] = {  # sd_reference.presets.tiny()'s UNet
-    "sample_size": 8,
-    "in_channels": 4,
-    "out_channels": 4,
-    "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
-    "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"],
-    "block_out_channels": [32, 64],
-    "layers_per_block": 1,
-    "attention_head_dim": 4,
-    "cross_attention_dim": 32,
-    "norm_num_groups": 8,
-}
+TINY_UNET: dict[str, Any] = tiny().unet  # the SD app's tiny preset
 H = {
     n: telemetry.histogram(f"sd.train.{n}.duration", "s")
     for n in ("data_wait", "forward_backward", "optimizer", "step")

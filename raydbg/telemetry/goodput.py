@@ -311,16 +311,7 @@ def table(report: Report) -> str:
         f"{report.attempts} attempt(s), {report.steps} steps kept, {report.steps_redone} redone",
         f"{'part':<58} {'seconds':>9} {'share':>7}",
     ]
-    for cat in (
-        "startup",
-        "data",
-        "compute",
-        "checkpoint_save",
-        "checkpoint_restore",
-        "lost_redo",
-        "restart",
-        "idle",
-    ):
+    for cat in LABELS:  # in report order
         secs = report.parts.get(cat, 0.0)
         lines.append(f"{LABELS[cat]:<58} {secs:>9.2f} {secs / wall:>7.1%}")
     lost = report.parts["lost_redo"] + report.parts["restart"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PIL import Image, ImageDraw, ImageFont
 
-from raydbg.telemetry.goodput import Report
+from raydbg.telemetry.goodput import LABELS, Report
 
 COLORS = {
     "startup": (120, 144, 156),
@@ -26,16 +26,7 @@ SHORT = {
     "restart": "lost: restart",
     "idle": "idle / unaccounted",
 }
-ORDER = (
-    "startup",
-    "data",
-    "compute",
-    "checkpoint_save",
-    "checkpoint_restore",
-    "lost_redo",
-    "restart",
-    "idle",
-)
+ORDER = tuple(LABELS)  # the report's order
 
 
 def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
