@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bp_markers import marker_line
+
 FILE = str(Path(__file__).resolve())
 
 
 def line_of(marker: str) -> int:
-    for number, text in enumerate(Path(__file__).read_text().splitlines(), start=1):
-        if f"# BP:{marker}" in text:
-            return number
-    raise KeyError(marker)
+    return marker_line(__file__, marker)
 
 
 def vscode_paused_task(x: int) -> int:

@@ -7,13 +7,11 @@ import threading
 from pathlib import Path
 
 import ray
+from bp_markers import marker_line
 
 
 def line_of(marker: str) -> int:
-    for number, text in enumerate(Path(__file__).read_text().splitlines(), start=1):
-        if f"# BP:{marker}" in text:
-            return number
-    raise KeyError(marker)
+    return marker_line(__file__, marker)
 
 
 FILE = str(Path(__file__).resolve())
