@@ -13,7 +13,6 @@ import pytest
 import ray
 import tui_targets
 from raydbg_cluster import raydbg_cluster
-from textual.widgets import DataTable
 from tui_support import record_notices, until
 
 from raydbg.tui.app import RaydbgApp, create_app
@@ -21,6 +20,7 @@ from raydbg.tui.console import ConsoleView, HistoryInput
 from raydbg.tui.debug_screen import DebugScreen
 from raydbg.tui.gateway import HttpGateway
 from raydbg.tui.main_screen import MainScreen
+from raydbg.tui.row_table import RowTable
 from raydbg.tui.source_view import SourceView
 from raydbg.tui.variables_view import VariablesView
 
@@ -33,8 +33,8 @@ def gateway() -> Iterator[HttpGateway]:
         yield HttpGateway(address, token)
 
 
-def sessions_table(app: RaydbgApp) -> DataTable[Any]:
-    return app.screen.query_one("#sessions-table", DataTable)
+def sessions_table(app: RaydbgApp) -> RowTable:
+    return app.screen.query_one("#sessions-table", RowTable)
 
 
 async def open_session(app: RaydbgApp, pilot: Any, function: str) -> DebugScreen:

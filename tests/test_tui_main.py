@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 from tui_support import FakeGateway, record, record_notices, until
 
 from raydbg.tui.app import RaydbgApp, create_app
@@ -13,12 +13,12 @@ from raydbg.tui.cluster import ClusterPane
 from raydbg.tui.events import EventDetail, EventsPane
 from raydbg.tui.help_screen import HelpScreen
 from raydbg.tui.messages import AttachRequested
+from raydbg.tui.row_table import RowTable
 from raydbg.tui.sessions import SessionsPane
 
 
 def shown_ids(app: RaydbgApp) -> list[str]:
-    table = app.screen.query_one("#sessions-table", DataTable)
-    return [str(table.coordinate_to_cell_key((r, 0)).row_key.value) for r in range(table.row_count)]
+    return app.screen.query_one("#sessions-table", RowTable).row_keys
 
 
 @pytest.fixture

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 from textual.css.query import NoMatches
 from textual.pilot import Pilot
-from textual.widgets import DataTable
 from tui_support import FakeGateway, ScriptedDebuggee, record, until
 
 from raydbg.client import GatewayError
 from raydbg.tui.app import create_app
 from raydbg.tui.debug_screen import DebugScreen
+from raydbg.tui.row_table import RowTable
 
 SnapCompare = Callable[..., bool]
 EPOCH = 1_780_000_000.0  # a fixed instant for event times
@@ -102,7 +102,7 @@ def fixed_gateway() -> FakeGateway:
 
 def rows(pilot: Pilot[Any], selector: str) -> int:
     try:
-        return int(pilot.app.screen.query_one(selector, DataTable).row_count)
+        return int(pilot.app.screen.query_one(selector, RowTable).row_count)
     except NoMatches:  # not mounted yet
         return -1
 
@@ -111,7 +111,6 @@ def loaded(gw: FakeGateway) -> Callable[[Pilot[Any]], Any]:
     async def run_before(pilot: Pilot[Any]) -> None:
         await until(pilot, lambda: rows(pilot, "#sessions-table") == 3)
         await until(pilot, lambda: rows(pilot, "#events") == 2 and rows(pilot, "#cluster") == 2)
-        await pilot.pause(0.3)  # column widths settle on idle
         await pilot.pause()
 
     return run_before

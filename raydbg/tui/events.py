@@ -10,41 +10,37 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 
 from raydbg.tui.format import EVENT_COLUMNS, event_row
-from raydbg.tui.table_sync import sync_rows
+from raydbg.tui.row_table import Row, RowTable
 
 
-class EventsPane(DataTable[str]):
+class EventsPane(RowTable):
     """Events from ``GET /api/v1/events``, newest first."""
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
-        # Columns before mount: rows may arrive before on_mount runs.
-        for column in EVENT_COLUMNS:
-            self.add_column(column, key=column)
+        super().__init__(EVENT_COLUMNS, **kwargs)
         self.border_title = "Events"
         self.events: dict[str, dict[str, Any]] = {}
-        self._rows: dict[str, tuple[str, ...]] = {}
 
     def update_events(self, events: list[dict[str, Any]]) -> None:
         keyed = {str(e.get("id") or f"{e.get('ts')}-{i}"): e for i, e in enumerate(events)}
         order = sorted(keyed, key=lambda k: -float(keyed[k].get("ts", 0)))
         wanted = [(key, self._row(key, keyed[key])) for key in order]
-        self._rows = sync_rows(self, wanted, EVENT_COLUMNS, self._rows)
+        self.set_rows(wanted)
         self.events = keyed
         self.border_title = f"Events ({len(order)})"
 
-    def _row(self, key: str, event: dict[str, Any]) -> tuple[str, ...]:
+    def _row(self, key: str, event: dict[str, Any]) -> Row:
         old = self.events.get(key)
-        if old is not None and old == event and key in self._rows:
-            return self._rows[key]
+        if old is not None and old == event:
+            return self._rows[key]  # the same tuple: RowTable skips it by identity
         return event_row(event)
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_row_table_selected(self, event: RowTable.Selected) -> None:
         event.stop()
-        chosen = self.events.get(str(event.row_key.value))
+        chosen = self.events.get(event.key)
         if chosen is not None:
             self.app.push_screen(EventDetail(chosen))
 

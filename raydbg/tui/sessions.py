@@ -8,16 +8,16 @@ from typing import Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.widgets import DataTable, Input
+from textual.widgets import Input
 
 from raydbg import records
 from raydbg.tui.format import SESSION_COLUMNS, age, session_matches, session_row
 from raydbg.tui.messages import AttachRequested
-from raydbg.tui.table_sync import sync_rows
+from raydbg.tui.row_table import RowTable
 
 
 class SessionsPane(Vertical):
-    """A table of session records; diff-updates rows so 500 sessions stay cheap."""
+    """A table of session records; rows are cached by session so 500 sessions stay cheap."""
 
     BINDINGS = [
         Binding("escape", "clear_filter", "Clear filter", show=False),
@@ -29,25 +29,19 @@ class SessionsPane(Vertical):
         self.sessions: list[dict[str, Any]] = []
         self.filter_text = ""
         self._shown: list[str] = []  # session ids, in table order
-        self._rows: dict[str, tuple[str, ...]] = {}
         self._cache: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
         self._seen: set[str] | None = None  # None until the first list: no notices for it
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter sessions (Esc clears)", id="session-filter")
-        table: DataTable[str] = DataTable(
-            id="sessions-table", cursor_type="row", zebra_stripes=True
-        )
-        for column in SESSION_COLUMNS:  # before mount: rows may arrive first
-            table.add_column(column, key=column)
-        yield table
+        yield RowTable(SESSION_COLUMNS, id="sessions-table")
 
     def on_mount(self) -> None:
         self.query_one(Input).display = False
 
     @property
-    def table(self) -> DataTable[str]:
-        return self.query_one("#sessions-table", DataTable)
+    def table(self) -> RowTable:
+        return self.query_one("#sessions-table", RowTable)
 
     def update_sessions(self, sessions: list[dict[str, Any]]) -> None:
         self._notify_new(sessions)
@@ -72,7 +66,7 @@ class SessionsPane(Vertical):
             for r in self.sessions
             if session_matches(r, self.filter_text)
         ]
-        self._rows = sync_rows(self.table, wanted, SESSION_COLUMNS, self._rows)
+        self.table.set_rows(wanted)
         self._shown = [key for key, _ in wanted]
         total = len(self.sessions)
         shown = f"{len(self._shown)}/{total}" if self.filter_text else str(total)
@@ -90,15 +84,11 @@ class SessionsPane(Vertical):
         return row
 
     def selected_id(self) -> str | None:
-        table = self.table
-        if not self._shown or table.cursor_row < 0 or table.cursor_row >= len(self._shown):
-            return None
-        return self._shown[table.cursor_row]
+        return self.table.cursor_key
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    def on_row_table_selected(self, event: RowTable.Selected) -> None:
         event.stop()
-        if event.row_key.value is not None:
-            self.post_message(AttachRequested(str(event.row_key.value)))
+        self.post_message(AttachRequested(event.key))
 
     def action_filter(self) -> None:
         box = self.query_one(Input)
