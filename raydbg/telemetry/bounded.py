@@ -59,8 +59,8 @@ class BoundedSpanProcessor(SpanProcessor):
             self.dropped += 1
             return
         self._queue.append(span)
-        if len(self._queue) >= self.max_batch:
-            self._wake.set()
+        if len(self._queue) >= self.max_batch and not self._wake.is_set():
+            self._wake.set()  # is_set first: set() takes a lock, and bursts call this a lot
 
     def _take(self) -> list[ReadableSpan]:
         batch: list[ReadableSpan] = []

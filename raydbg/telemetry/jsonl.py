@@ -26,8 +26,12 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from raydbg.telemetry.light import LightSpan
+
 _NS = 1e-9
 SNAPSHOT_SUFFIX = ".metrics.json"
+# One encoder for every line: json.dumps with options builds a new one per call.
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 
 
 def _hex(value: int, width: int) -> str:
@@ -169,7 +173,7 @@ class JsonlFile:
         self._open(os.path.dirname(self.path))
 
     def _write_line(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), default=str) + "\n"
+        line = _encode(record) + "\n"
         self._fh.write(line)
         self._size += len(line)
 
@@ -198,7 +202,8 @@ class JsonlSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            self.file.write([span_record(s) for s in spans])
+            # Light spans (light.py) encode themselves; SDK spans (Ray's hooks) go the long way.
+            self.file.write([s.record() if type(s) is LightSpan else span_record(s) for s in spans])
         except OSError:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
@@ -208,7 +213,11 @@ class JsonlSpanExporter(SpanExporter):
 
 
 class JsonlMetricExporter(MetricExporter):
-    def __init__(self, file: JsonlFile) -> None:
+    """Writes each SDK collection, plus `extra()` records (light metrics), as metric lines."""
+
+    def __init__(
+        self, file: JsonlFile, extra: Callable[[], list[dict[str, Any]]] | None = None
+    ) -> None:
         # Cumulative: the last snapshot in a file is the process's current total.
         super().__init__(
             preferred_temporality={
@@ -216,11 +225,14 @@ class JsonlMetricExporter(MetricExporter):
             }
         )
         self.file = file
+        self.extra = extra
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         records = metric_records(metrics_data)
+        if self.extra is not None:
+            records.extend(self.extra())
         try:
             self.file.write(records)
             self._write_snapshot(records)

@@ -103,7 +103,7 @@ def _node_families(directory: str) -> list[PromMetric]:
             pid = int(snap.get("resource", {}).get("process.pid", 0))
         except (OSError, ValueError):
             continue
-        if pid == os.getpid() or not _alive(pid):
+        if (pid == os.getpid() and state.registry is not None) or not _alive(pid):
             continue  # this process is served live; dead processes' gauges would lie
         collector.add_metrics_data(snapshot_to_metrics_data(snap))
     return list(collector.collect())

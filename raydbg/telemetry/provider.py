@@ -33,6 +33,8 @@ from prometheus_client import CollectorRegistry
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.bounded import BoundedSpanProcessor
 from raydbg.telemetry.jsonl import JsonlFile, JsonlMetricExporter, JsonlSpanExporter
+from raydbg.telemetry.light import LightTracer
+from raydbg.telemetry.lightmetrics import LightMeter
 from raydbg.telemetry.settings import Plan, read_plan
 
 log = logging.getLogger("raydbg.telemetry")
@@ -68,11 +70,11 @@ def _span_exporter(name: str, plan: Plan, jsonl: Callable[[], JsonlFile]) -> Spa
     if name == "console":
         return ConsoleSpanExporter()
     if plan.traces_protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found]
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
             OTLPSpanExporter as GrpcSpanExporter,
         )
 
-        return GrpcSpanExporter(timeout=plan.export_timeout_s)  # type: ignore[no-any-return]
+        return GrpcSpanExporter(timeout=plan.export_timeout_s)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
     # Endpoint, headers and compression come from OTEL_EXPORTER_OTLP_* (read by the exporter).
@@ -80,20 +82,20 @@ def _span_exporter(name: str, plan: Plan, jsonl: Callable[[], JsonlFile]) -> Spa
 
 
 def _metric_exporter(
-    name: str, plan: Plan, jsonl: Callable[[], JsonlFile]
+    name: str, plan: Plan, jsonl: Callable[[], JsonlFile], light: LightMeter | None = None
 ) -> MetricExporter | None:
     if name == "jsonl":
-        return JsonlMetricExporter(jsonl())
+        return JsonlMetricExporter(jsonl(), light.records if light else None)
     if name == "console":
         return ConsoleMetricExporter()
     if name == "prometheus":
         return None  # pull only: the in-process registry behind prometheus_text()
     if plan.metrics_protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found]
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,
         )
 
-        return GrpcMetricExporter(timeout=plan.metric_timeout_s)  # type: ignore[no-any-return]
+        return GrpcMetricExporter(timeout=plan.metric_timeout_s)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 
     return OTLPMetricExporter(timeout=plan.metric_timeout_s)
@@ -110,7 +112,7 @@ class _RayAttributes(SpanProcessor):
     """Stamps every span with the Ray job/node/task/actor/rank it ran under."""
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
-        attrs = {**raycontext.static_attributes(), **raycontext.task_attributes()}
+        attrs = raycontext.span_attributes()
         if attrs:
             span.set_attributes(attrs)
 
@@ -147,16 +149,22 @@ def build(plan: Plan, kind: str) -> State:
         )
         tp.add_span_processor(proc)
         built.processors.append(proc)
-    built.registry = CollectorRegistry(auto_describe=True)
-    readers: list[MetricReader] = [
-        PrometheusMetricReader(
-            registry=built.registry,
-            scope_info_enabled=False,
-            resource_attribute_filter=LABEL_RESOURCE_KEYS.__contains__,
+    readers: list[MetricReader] = []
+    if kind == "agent" or "prometheus" in plan.metrics:
+        # Only a process that serves /metrics needs the live reader (each reader doubles
+        # the cost of every metric update); others are served from their snapshot files.
+        built.registry = CollectorRegistry(auto_describe=True)
+        readers.append(
+            PrometheusMetricReader(
+                registry=built.registry,
+                scope_info_enabled=False,
+                resource_attribute_filter=LABEL_RESOURCE_KEYS.__contains__,
+            )
         )
-    ]
+    # Light metrics when the embedded files are their only reader (see lightmetrics.py).
+    light = LightMeter() if plan.light_metrics and built.registry is None else None
     for name in plan.metrics:
-        exporter = _metric_exporter(name, plan, jsonl)
+        exporter = _metric_exporter(name, plan, jsonl, light)
         if exporter is not None:
             readers.append(
                 PeriodicExportingMetricReader(
@@ -165,11 +173,26 @@ def build(plan: Plan, kind: str) -> State:
                     export_timeout_millis=plan.metric_timeout_s * 1000,
                 )
             )
-    mp = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+    if "otlp" not in plan.metrics and not os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER"):
+        # Exemplars only reach OTLP; sampling them under every span costs each update ~7 µs.
+        from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
+
+        mp_kwargs: dict[str, Any] = {"exemplar_filter": AlwaysOffExemplarFilter()}
+    else:
+        mp_kwargs = {}
+    mp = MeterProvider(
+        metric_readers=readers, resource=resource, shutdown_on_exit=False, **mp_kwargs
+    )
     built.tracer_provider, built.meter_provider = tp, mp
-    built.tracer = tp.get_tracer(SCOPE)
-    built.meter = mp.get_meter(SCOPE)
-    built.meter.create_observable_counter(
+    if plan.light_spans and built.processors:
+        # Embedded files only: raydbg's own spans skip the SDK (light.py); Ray's hooks
+        # still use the SDK provider, into the same queue.
+        built.tracer = LightTracer(built.processors[0].on_end, raycontext.span_attributes)
+    else:
+        built.tracer = tp.get_tracer(SCOPE)
+    sdk_meter = mp.get_meter(SCOPE)
+    built.meter = light if light is not None else sdk_meter  # type: ignore[assignment]
+    sdk_meter.create_observable_counter(
         "raydbg.telemetry.spans.dropped",
         callbacks=[lambda _o: _dropped_observations(built)],
         unit="{span}",

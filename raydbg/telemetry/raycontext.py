@@ -151,6 +151,15 @@ def task_attributes() -> dict[str, Any]:
     return attrs
 
 
+def span_attributes() -> dict[str, Any]:
+    """Ray ids every span is stamped with: the process's, plus the running task's."""
+    static = static_attributes()
+    if not static:  # not connected to Ray (yet): nothing to add
+        return static
+    task = task_attributes()
+    return {**static, **task} if task else static
+
+
 def resource_attributes(kind: str) -> dict[str, Any]:
     """OpenTelemetry resource attributes for this process, as far as known at set-up."""
     attrs: dict[str, Any] = {
