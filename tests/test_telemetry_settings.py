@@ -74,10 +74,13 @@ def test_carried_env_picks_telemetry_variables_only() -> None:
     assert carried_env(env) == {"OTEL_SERVICE_NAME": "s", "RAYDBG_TELEMETRY_DIR": "/d"}
 
 
-def _exporter_types(env: dict[str, str], tmp_path: Path) -> list[str]:
+def _exporter_types(env: dict[str, str], tmp_path: Path, module: bool = False) -> list[str]:
     built = provider.build(read_plan({**env, "RAYDBG_TELEMETRY_DIR": str(tmp_path)}), "test")
     try:
-        return [type(p.exporter).__name__ for p in built.processors]
+        return [
+            type(p.exporter).__module__ if module else type(p.exporter).__name__
+            for p in built.processors
+        ]
     finally:
         for p in built.processors:
             p.shutdown(100)
@@ -96,3 +99,18 @@ def test_build_makes_the_selected_exporters(tmp_path: Path) -> None:
         "JsonlSpanExporter",
     ]
     assert all(p.name.startswith("test-") for p in tmp_path.iterdir())
+
+
+def test_grpc_protocol_builds_the_grpc_exporter(tmp_path: Path) -> None:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9",
+        "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+    }
+    assert read_plan(env).warnings == ()  # the package is a dependency: no fallback
+    assert _exporter_types(env, tmp_path, module=True) == [
+        "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
+    ]
+    per_signal = {**env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
+    assert _exporter_types(per_signal, tmp_path, module=True) == [
+        "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+    ]
