@@ -354,8 +354,7 @@ class Bench:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         if kind == "raydbg":
             env.update(RAY_DEBUG="1", RAYDBG_WAIT_TIMEOUT=str(self.args.wait_timeout))
-            if self.args.memory_budgets:
-                env["RAYDBG_MEMORY_BUDGETS"] = "1"
+            env["RAYDBG_MEMORY_BUDGETS"] = "1" if self.args.memory_budgets else "0"
         else:
             env.update(RAY_DEBUG="1", RAYDBG_DISABLE="1")
         return env
@@ -824,8 +823,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="a third, plain driver in the throughput rounds: the A/A noise floor (default on; --quick off)")
     p.add_argument("--cpus", type=int, default=2, help="logical CPUs of the local cluster")
     p.add_argument("--wait-timeout", type=float, default=60, help="RAYDBG_WAIT_TIMEOUT for raydbg's pauses")
-    p.add_argument("--memory-budgets", action="store_true",
-                   help="raydbg job with RAYDBG_MEMORY_BUDGETS=1 (retry budgets + start gate per task)")
+    p.add_argument("--memory-budgets", action=argparse.BooleanOptionalAction, default=True,
+                   help="raydbg job records retry budgets + runs the memory start gate per task (default on, as in raydbg)")
     p.add_argument("--skip-throughput", action="store_true", help="only the debug rounds (parts 2-4)")
     p.add_argument("--skip-debug", action="store_true", help="only the throughput rounds (part 1)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")

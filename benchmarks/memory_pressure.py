@@ -191,13 +191,14 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="the 'fast' scenario only")
     p.add_argument("--cost", action="store_true", help="only the monitor's own cost")
     p.add_argument("--modes", default=",".join(MODES))
+    p.add_argument("--scenarios", default=",".join(SCENARIOS), help="comma list of scenarios")
     p.add_argument("--repeat", type=int, default=1, help="runs per configuration")
     p.add_argument("--out", default="benchmarks/results/memory_pressure.json")
     args = p.parse_args()
     out: dict[str, Any] = {"when": time.strftime("%Y-%m-%d %H:%M"), "cpus": os.cpu_count()}
     if not args.cost:
         rows = []
-        names = ["fast"] if args.quick else list(SCENARIOS)
+        names = ["fast"] if args.quick else args.scenarios.split(",")
         for _ in range(args.repeat):
             for name in names:
                 for mode in args.modes.split(","):  # interleaved: load drifts hit all alike

@@ -26,8 +26,13 @@ class FakeGcs:
     def internal_kv_put(
         self, k: bytes, v: bytes, overwrite: bool, ns: bytes, timeout: float = 0
     ) -> int:
-        self.kv[(ns, k)] = v
-        return 1
+        added = (ns, k) not in self.kv
+        if added or overwrite:
+            self.kv[(ns, k)] = v
+        return int(added)
+
+    def internal_kv_get(self, k: bytes, ns: bytes, timeout: float = 0) -> bytes | None:
+        return self.kv.get((ns, k))
 
     def internal_kv_multi_get(
         self, keys: list[bytes], ns: bytes, timeout: float = 0
@@ -119,11 +124,23 @@ def test_task_id_of_shapes() -> None:
     assert budget.task_id_of(None) is None and budget.task_id_of([]) is None
 
 
-def test_submit_hook_wraps_and_records(gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch) -> None:
+class _FunctionId:
+    def hex(self) -> str:
+        return "f00d"
+
+
+class _Descriptor:
+    function_id = _FunctionId()
+
+
+def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
+    gcs: FakeGcs, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ray.remote_function import RemoteFunction
 
     orig = RemoteFunction._remote
     calls: list[dict[str, Any]] = []
+    tids = iter(TID[:-10] + f"{i:02d}" + TID[-8:] for i in range(10))
 
     def fake_remote(
         self: Any,
@@ -133,22 +150,45 @@ def test_submit_hook_wraps_and_records(gcs: FakeGcs, monkeypatch: pytest.MonkeyP
         **opts: Any,
     ) -> Any:
         calls.append(opts)
-        return _Ref(TID)
+        return _Ref(next(tids))
 
     monkeypatch.setattr(RemoteFunction, "_remote", fake_remote)
+    monkeypatch.delenv("RAY_TASK_MAX_RETRIES", raising=False)
     try:
         assert budget.install_submit_hook() and budget.install_submit_hook()  # idempotent
         fn = RemoteFunction.__new__(RemoteFunction)
         fn._function_name = "mod.grow"  # type: ignore[attr-defined]
-        ref = RemoteFunction._remote(fn, args=[1], kwargs={}, max_retries=0, name=None)
-        assert ref.task_id().hex() == TID and calls == [{"max_retries": 0, "name": None}]
+        fn._function_descriptor = _Descriptor()  # type: ignore[assignment]
+        fn._default_options = {"max_retries": 2}
+        plain = RemoteFunction._remote(fn, args=[1], kwargs={}, max_retries=2).task_id().hex()
+        plain2 = RemoteFunction._remote(fn, args=[2], kwargs={}, max_retries=2).task_id().hex()
+        zero = RemoteFunction._remote(fn, args=[3], kwargs={}, max_retries=0).task_id().hex()
+        assert calls[2] == {"max_retries": 0}
+        # The default once, the lowering call at once (no flush): nothing per plain call.
+        keys = sorted(k.decode() for _, k in gcs.kv)
+        assert keys == [budget.key(zero), budget.function_key("01000000", "f00d")]
+        more = RemoteFunction._remote(fn, args=[4], kwargs={}, max_retries=-1).task_id().hex()
         assert budget.flush(5)
-        rec = budget.lookup([TID])[TID]
-        assert rec["max_retries"] == 0 and rec["name"] == "mod.grow"
+        fns = {t: "f00d" for t in (plain, plain2, zero, more)}
+        got = budget.lookup([plain, plain2, zero, more, "00" * 24], fns)
+        assert {t: r["max_retries"] for t, r in got.items()} == {
+            plain: 2, plain2: 2, zero: 0, more: -1
+        }
+        assert got[zero]["name"] == "mod.grow"
+        assert budget.lookup([plain]) == {}  # no function id: unknown
         budget.uninstall_submit_hook()
         assert RemoteFunction._remote is fake_remote
     finally:
         monkeypatch.setattr(RemoteFunction, "_remote", orig)
+
+
+def test_function_default_first_writer_wins(gcs: FakeGcs) -> None:
+    assert budget.function_default("01000000", "f00d", 3) == 3
+    budget._function_defaults.clear()  # another process, whose default differs
+    assert budget.function_default("01000000", "f00d", 1) == 3
+    tid = TID
+    budget.record_call(tid, "f00d", 1, 1, "g", None)  # 1 < the recorded 3: its own record
+    assert budget.lookup([tid], {tid: "f00d"})[tid]["max_retries"] == 1
 
 
 def test_wait_until_backs_off_and_gives_up() -> None:
@@ -211,6 +251,27 @@ def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.Monke
     gate.before_task()
 
 
+def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from raydbg.memory import local
+
+    flag = local.flag_path("n1", tmp_path)
+    monkeypatch.setattr(gate, "_flag", flag)
+    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    monkeypatch.setattr(gate, "node_memory", lambda: pytest.fail("memory read without the flag"))
+    gate.before_task("grow", "f00d")
+    rec = local.read_running([os.getpid()])[os.getpid()]
+    assert (rec["fn"], rec["held"]) == ("f00d", False)
+    local.set_flag(flag, True, "x")  # the monitor: above the high mark
+    monkeypatch.setattr(gate, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
+    monkeypatch.setattr(gate, "wait_until", lambda ok, hold: 0.2)
+    gate.before_task("grow", "f00d")
+    os.utime(flag, (1, 1))  # a flag left by a monitor that died: ignored
+    monkeypatch.setattr(gate, "node_memory", lambda: pytest.fail("stale flag trusted"))
+    gate.before_task("grow", "f00d")
+
+
 def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch) -> None:
     from ray._private.function_manager import FunctionActorManager, FunctionExecutionInfo
 
@@ -221,6 +282,8 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
         return 2
 
     class Desc:
+        function_id = _FunctionId()
+
         def __init__(self, kind: str) -> None:
             self.kind = kind
 
@@ -236,7 +299,7 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
         FunctionActorManager, "get_execution_info", lambda self, job, d: infos[d.kind]
     )
     ran: list[int] = []
-    monkeypatch.setattr(gate, "before_task", lambda name: ran.append(1))
+    monkeypatch.setattr(gate, "before_task", lambda name, fid: ran.append(1) if fid == "f00d" else None)
     assert gate.install_worker_gate() and gate.install_worker_gate()  # idempotent
     mgr = FunctionActorManager.__new__(FunctionActorManager)
     got = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))
@@ -299,4 +362,30 @@ def test_recorder_writes_event_with_monitor_id_and_marks_kill() -> None:
     )
     rec.on_kill(Candidate(pid=1, memory=GiB, task_id="t1", prior_kills=1), ev)
     rec.on_kill(Candidate(pid=2, memory=GiB, task_id="t2"), {**ev, "kind": "memory.dry-run"})
-    assert bud.marked == [("t1", 2, "ab12", GiB)]
+    peak = {**ev, "details": {"victim": {"expected_peak": 2 * GiB}}}
+    rec.on_kill(Candidate(pid=3, memory=GiB, task_id="t3"), peak)
+    assert bud.marked == [("t1", 2, "ab12", GiB), ("t3", 1, "ab12", 2 * GiB)]
+
+
+def test_reservations_count_what_admitted_retries_have_not_allocated_yet(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from raydbg.memory import local
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (run_dir / f"reserve-{other.pid}").write_text(str(GiB))
+        (run_dir / "reserve-999999999").write_text(str(GiB))  # gone: dropped
+        local.reserve(5 * GiB)  # this process's own: never counted against itself
+        got = local.reserved()
+        assert GiB - 64 * 1024 * 1024 < got < GiB  # minus the sleeper's own anon memory
+        assert not (run_dir / "reserve-999999999").exists()
+        # The gate counts it: 2 GiB used + 1 GiB room + ~1 GiB reserved > 85% of 4 GiB.
+        assert gate.fits(0.85, GiB, lambda: (GiB, 4 * GiB))
+        assert not gate.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
+        local.release()
+        assert not (run_dir / f"reserve-{os.getpid()}").exists()
+    finally:
+        other.kill()
+        other.wait()

@@ -73,6 +73,13 @@ class Clock:
 CFG = MonitorConfig(mode="on", policy=PolicyConfig(threshold=0.9, margin=0.05, horizon_s=1.0))
 
 
+@pytest.fixture(autouse=True)
+def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Local records and the pressure flag of these monitors go here, not in /dev/shm."""
+    monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
+    return tmp_path / "run"
+
+
 def make(
     tmp: Path, used: list[int], cands: list[Candidate], cfg: MonitorConfig = CFG
 ) -> tuple[MemoryMonitor, list[int], list[dict[str, Any]], set[int], Clock]:
@@ -118,6 +125,27 @@ def test_far_from_threshold_is_cheap(tmp_path: Path) -> None:
     assert mon.stats["scans"] == 0 and mon.who.calls == 0 and not killed  # type: ignore[attr-defined]
 
 
+def test_pressure_flag_is_up_exactly_while_above_the_high_mark(tmp_path: Path) -> None:
+    from raydbg.memory import local
+
+    # high mark = 0.9 - 0.05 / 2 = 0.875 of LIMIT
+    used = [int(0.5 * LIMIT), int(0.88 * LIMIT), int(0.88 * LIMIT), int(0.8 * LIMIT)]
+    mon, *_ = make(tmp_path, used, [])
+    assert mon.flag == local.flag_path("n1")
+    seen = []
+    for _ in used:
+        mon.poll()
+        seen.append(local.flag_up(mon.flag))
+    assert seen == [False, True, True, False]
+    mon.poll()  # still above? no: 0.8 again
+    mon.measurer.used = [int(0.9 * LIMIT)]  # type: ignore[attr-defined]
+    mon.measurer.reads = 0  # type: ignore[attr-defined]
+    mon.poll()
+    assert local.flag_up(mon.flag)
+    mon.stop()
+    assert not mon.flag.exists()
+
+
 def test_warm_band_polls_fast_and_scans_without_deciding(tmp_path: Path) -> None:
     mon, killed, _, _, clock = make(tmp_path, [int(3.3 * GiB)], [task(1, GiB, 1)])
     assert mon.poll() == CFG.fast_refresh_s
@@ -144,6 +172,8 @@ def test_kills_policy_victim_and_explains(tmp_path: Path) -> None:
     assert d["used"] == used and d["limit"] == LIMIT and d["threshold"] == 0.9
     assert d["victim"]["pid"] == 3 and "retriable task" in d["victim"]["reason"]
     assert d["victim"]["retries_left"] == 3
+    # Killed on its way up: its retry is expected to need what its kind reached (pid 2).
+    assert d["victim"]["expected_peak"] == 600 * MiB
     assert {c["pid"] for c in d["candidates"]} == {1, 2, 3, 4}
     assert any(c["pid"] == 1 and c["retriable"] is False for c in d["candidates"])
     assert [p["pid"] for p in d["top_consumers"]][:1] == [1]
@@ -324,7 +354,7 @@ class BrokenView:
     def actors(self, node_id: str) -> list[ActorRow]:
         return []
 
-    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def budgets(self, task_ids: list[str], functions: Any = None) -> dict[str, dict[str, Any]]:
         return {}
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
@@ -374,7 +404,7 @@ class FreshView(BrokenView):
     def running_tasks(self, node_id: str) -> list[TaskRow]:
         return []  # GCS has not heard of the task yet
 
-    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
+    def budgets(self, task_ids: list[str], functions: Any = None) -> dict[str, dict[str, Any]]:
         return {"t1": {"max_retries": 0, "parent": "drv"}}
 
 

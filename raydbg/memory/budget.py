@@ -3,10 +3,21 @@
 `install_submit_hook()` wraps `RemoteFunction._remote` (the one path every
 `f.remote()` and `f.options(...).remote()` call takes in Ray 2.60). After Ray has
 submitted the task, the wrapper knows the effective `max_retries` and the task id
-(the returned ObjectRef's `task_id()`), and queues a record that a background thread
-writes to GCS internal KV: namespace "raydbg", key `budget/<job_hex>/<task_hex>`.
+(the returned ObjectRef's `task_id()`).
+
+Most calls use their function's default, so the GCS internal KV (namespace
+"raydbg") holds that default once per job and function, `fn/<job_hex>/<function_id>`,
+and a per-task record `budget/<job_hex>/<task_hex>` only for a call whose
+`max_retries` differs from it. The start gate writes each running task's function
+id in its local record (local.py), so the monitor can join the two. A per-task
+record for every call cost a GCS write per task (measured: it halved no-op task
+throughput together with the old gate).
+
 A record not written yet (or a job without the hook) reads as unknown, which the
-policy treats as non-retriable: sound, never optimistic.
+policy treats as non-retriable: sound, never optimistic. So a call that *lowers*
+the budget is written before `.remote()` returns; one that raises it goes through
+a batching background thread (until it lands, the task looks less retriable than
+it is).
 
 Actors need no record: GCS's actor table carries `max_restarts`/`num_restarts`.
 """
@@ -27,6 +38,7 @@ from raydbg.config import NAMESPACE
 log = logging.getLogger("raydbg.memory")
 
 PREFIX = "budget/"
+FUNCTION = "fn/"  # fn/<job_hex>/<function_id_hex> -> max_retries of calls that set none
 KILLED = "killed/"  # killed/<job_hex>/<task_hex> -> raydbg kills of that task (burn-out guard)
 _NS = NAMESPACE.encode()
 _FLUSH_S = 0.02
@@ -37,11 +49,17 @@ _queue: queue.Queue[tuple[str, bytes]] = queue.Queue()
 _flusher: threading.Thread | None = None
 _lock = threading.Lock()
 _gcs_override: Any = None
+# (job, function id) -> the default the KV holds for it (this process's, or an earlier writer's)
+_function_defaults: dict[tuple[str, str], int] = {}
 
 
 def key(task_id_hex: str) -> str:
     # A TaskID ends with its JobID (4 bytes): group by job so a finished job is one prefix delete.
     return f"{PREFIX}{task_id_hex[-8:]}/{task_id_hex}"
+
+
+def function_key(job_hex: str, function_id_hex: str) -> str:
+    return f"{FUNCTION}{job_hex}/{function_id_hex}"
 
 
 def killed_key(task_id_hex: str) -> str:
@@ -52,6 +70,7 @@ def use_client(client: Any) -> None:
     """Read/write through this GcsClient (a process that never called ray.init)."""
     global _gcs_override
     _gcs_override = client
+    _function_defaults.clear()
 
 
 def _gcs() -> Any:
@@ -97,10 +116,54 @@ def _current_task_hex() -> str | None:
 
 
 def record(task_id_hex: str, max_retries: int, name: str, parent: str | None) -> None:
-    """Queue one budget record for the background writer."""
-    value = {"max_retries": max_retries, "name": name, "parent": parent, "ts": time.time()}
-    _queue.put((key(task_id_hex), json.dumps(value).encode()))
+    """Queue one per-task budget record for the background writer."""
+    _queue.put((key(task_id_hex), _value(max_retries, name, parent)))
     _ensure_flusher()
+
+
+def _value(max_retries: int, name: str, parent: str | None) -> bytes:
+    value = {"max_retries": max_retries, "name": name, "parent": parent, "ts": time.time()}
+    return json.dumps(value).encode()
+
+
+def function_default(job_hex: str, function_id_hex: str, mine: int) -> int:
+    """The default recorded for this job's function: this process's `mine` unless another
+    process recorded one first (first writer wins; later calls compare against it)."""
+    cached = _function_defaults.get((job_hex, function_id_hex))
+    if cached is not None:
+        return cached
+    k = function_key(job_hex, function_id_hex).encode()
+    gcs = _gcs()
+    if gcs.internal_kv_put(k, str(mine).encode(), False, _NS, timeout=_TIMEOUT):
+        held = mine
+    else:
+        raw = gcs.internal_kv_get(k, _NS, timeout=_TIMEOUT)
+        held = int(raw) if raw else mine
+    _function_defaults[(job_hex, function_id_hex)] = held
+    return held
+
+
+def record_call(
+    task_id_hex: str,
+    function_id_hex: str,
+    max_retries: int,
+    function_max_retries: int,
+    name: str,
+    parent: str | None,
+) -> None:
+    """What the submit hook does per call: nothing beyond the function's default, unless
+    this call's budget differs from it."""
+    default = function_default(task_id_hex[-8:], function_id_hex, function_max_retries)
+    if max_retries == default:
+        return
+    if 0 <= max_retries < default or default < 0 <= max_retries:
+        # Fewer retries than the default says: must be readable before the task can grow.
+        _gcs().internal_kv_put(
+            key(task_id_hex).encode(), _value(max_retries, name, parent), True, _NS,
+            timeout=_TIMEOUT,
+        )  # fmt: skip
+    else:
+        record(task_id_hex, max_retries, name, parent)
 
 
 def _ensure_flusher() -> None:
@@ -166,7 +229,10 @@ def install_submit_hook() -> bool:
             tid = task_id_of(result)
             if tid is not None:
                 name = options.get("name") or getattr(self, "_function_name", "")
-                record(tid, effective_max_retries(options), str(name), _current_task_hex())
+                fid = self._function_descriptor.function_id.hex()
+                default = effective_max_retries(self._default_options)
+                mine = effective_max_retries(options)
+                record_call(tid, fid, mine, default, str(name), _current_task_hex())
         except Exception as e:
             log.debug("raydbg: budget not recorded: %s", e)
         return result
@@ -191,15 +257,28 @@ def _multi_get(keys: list[str]) -> dict[str, bytes]:
     return {(k.decode() if isinstance(k, bytes) else k): bytes(v) for k, v in raw.items() if v}
 
 
-def lookup(task_ids: list[str]) -> dict[str, dict[str, Any]]:
-    """Budget records of these tasks (hex ids); missing ones are unknown."""
-    got = _multi_get([key(t) for t in task_ids])
+def lookup(
+    task_ids: list[str], functions: dict[str, str] | None = None
+) -> dict[str, dict[str, Any]]:
+    """Budgets of these tasks (hex ids): the task's own record, else its function's
+    default (`functions`: task id -> function id hex, from the local records);
+    tasks with neither are unknown and left out."""
+    functions = functions or {}
+    fn_keys = {t: function_key(t[-8:], functions[t]) for t in task_ids if functions.get(t)}
+    got = _multi_get([key(t) for t in task_ids] + sorted(set(fn_keys.values())))
     out: dict[str, dict[str, Any]] = {}
     for t in task_ids:
         raw = got.get(key(t))
         if raw:
             try:
                 out[t] = json.loads(raw)
+                continue
+            except ValueError:
+                pass
+        default = got.get(fn_keys.get(t, ""))
+        if default:
+            try:
+                out[t] = {"max_retries": int(default), "parent": None, "name": ""}
             except ValueError:
                 continue
     return out
@@ -230,5 +309,5 @@ def mark_killed(task_id_hex: str, kills: int, event_id: str, memory: int = 0) ->
 def prune_job(job_id_hex: str) -> None:
     """Drop a finished job's records (the agent calls this when a job ends)."""
     gcs = _gcs()
-    for prefix in (PREFIX, KILLED):
+    for prefix in (PREFIX, FUNCTION, KILLED):
         gcs.internal_kv_del(f"{prefix}{job_id_hex}/".encode(), True, _NS, timeout=_TIMEOUT)

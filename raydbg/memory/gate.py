@@ -10,6 +10,10 @@ again until it fails for good. So, at the start of each normal task:
 both with exponential backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s).
 While held, the task's local record says so and the monitor leaves it alone.
 
+Cost: this runs before every task, so the common case is one `stat` of the node's
+pressure flag (the monitor keeps it while the node is above the high mark) and one
+`pwrite` of the local record; memory is read only while the flag is up.
+
 `install_worker_gate()` is called by raydbg's worker setup hook. It wraps what
 `FunctionActorManager.get_execution_info` returns for plain (non-actor, non-async,
 non-generator) functions; everything else passes through untouched.
@@ -24,13 +28,16 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from raydbg.memory import local
 from raydbg.memory.measure import NodeMeasurer
 
 log = logging.getLogger("raydbg.memory")
 _MARK = "__raydbg_gate__"
 _measurer: NodeMeasurer | None = None
+_flag: Path | None = None  # this node's pressure flag; None: unknown node, always measure
 
 
 def _f(name: str, default: float) -> float:
@@ -57,8 +64,9 @@ def node_memory() -> tuple[int, int]:
 
 
 def fits(low: float, extra: int, read: Callable[[], tuple[int, int]] | None = None) -> bool:
+    """Does `extra` fit under `low`, counting what admitted retries reserved (local.py)?"""
     used, limit = (read or node_memory)()
-    return used + extra < low * limit
+    return used + extra + local.reserved() < low * limit
 
 
 def wait_until(
@@ -91,21 +99,46 @@ def _current() -> tuple[str | None, int]:
     return tid, attempt
 
 
-def before_task(name: str = "") -> None:
+def _monitor_off() -> bool:
+    return os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false")
+
+
+_reserving = False  # this worker's running attempt holds a reservation (local.py)
+
+
+def _reserve(room: int) -> None:
+    """Admitted after a kill: keep `room` counted for other held retries until it returns."""
+    global _reserving
+    local.reserve(room)
+    _reserving = True
+
+
+def _release() -> None:
+    global _reserving
+    if _reserving:
+        _reserving = False
+        local.release()
+
+
+def under_pressure() -> bool:
+    """Is the node above the high mark? One stat when the node's flag is known."""
+    if _flag is not None and not local.flag_up(_flag):
+        return False
+    return not fits(marks()[1], 0)
+
+
+def before_task(name: str = "", function_id: str = "") -> None:
     """The gate itself; never raises (a broken gate must not break the task)."""
-    if os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false"):
+    if _monitor_off():
         return
     try:
-        low, high = marks()
-        max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
         tid, attempt = _current()
-        from raydbg.memory import local
 
         def note(held: bool) -> None:
             # Tell the node's monitor what runs here now (GCS learns it ~1 s later), and
             # whether it is held here: a held task holds nothing worth a kill.
             if tid:
-                local.write_running(tid, attempt, name, tid[-8:], held=held)
+                local.write_running(tid, attempt, name, tid[-8:], held=held, function_id=function_id)
 
         note(False)
         killed: dict[str, Any] | None = None
@@ -118,6 +151,7 @@ def before_task(name: str = "") -> None:
 
                 killed = json.loads(next(iter(got.values())))
         if killed is not None:
+            low = marks()[0]
             room = int(killed.get("memory", 0))
             # One line in the task's log naming the event that explains the last kill.
             print(
@@ -128,10 +162,12 @@ def before_task(name: str = "") -> None:
                 flush=True,
             )
             note(True)
-            waited = wait_until(lambda: fits(low, room), max_hold)
-        elif not fits(high, 0):
+            waited = wait_until(lambda: fits(low, room), _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0))
+            _reserve(room)
+        elif under_pressure():
             note(True)
-            waited = wait_until(lambda: fits(low, 0), max_hold)
+            low = marks()[0]
+            waited = wait_until(lambda: fits(low, 0), _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0))
         else:
             return
         note(False)
@@ -141,11 +177,14 @@ def before_task(name: str = "") -> None:
         log.debug("raydbg memory gate skipped: %s", e)
 
 
-def _gated(fn: Callable[..., Any], name: str) -> Callable[..., Any]:
+def _gated(fn: Callable[..., Any], name: str, function_id: str = "") -> Callable[..., Any]:
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
-        before_task(name)
-        return fn(*args, **kwargs)
+        before_task(name, function_id)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _release()
 
     setattr(run, _MARK, True)
     return run
@@ -161,6 +200,18 @@ def _plain(fn: Any) -> bool:
     )
 
 
+def _gated_info(info: Any, descriptor: Any, make: Any) -> Any:
+    """`info` with its function gated, or `info` itself for what the gate leaves alone."""
+    try:
+        if descriptor.is_actor_method() or not _plain(info.function):
+            return info
+        fid = descriptor.function_id.hex()  # joins the function's budget (budget.py)
+    except Exception:
+        return info
+    fn = _gated(info.function, str(info.function_name), fid)
+    return make(fn, info.function_name, info.max_calls)
+
+
 def install_worker_gate() -> bool:
     """Patch this worker's function lookup; idempotent; False if Ray lacks the hook point."""
     try:
@@ -174,16 +225,13 @@ def install_worker_gate() -> bool:
     @functools.wraps(orig)
     def get_execution_info(self: Any, job_id: Any, descriptor: Any) -> Any:
         info = orig(self, job_id, descriptor)
-        try:
-            if descriptor.is_actor_method() or not _plain(info.function):
-                return info
-        except Exception:
-            return info
+        # Called before every task: decide once per function, then one dict lookup.
         cache = self.__dict__.setdefault("_raydbg_gated", {})
-        fn = cache.get(id(info.function))
-        if fn is None:
-            fn = cache[id(info.function)] = _gated(info.function, str(info.function_name))
-        return FunctionExecutionInfo(fn, info.function_name, info.max_calls)
+        k = (id(info.function), descriptor.is_actor_method())
+        got = cache.get(k)
+        if got is None:
+            got = cache[k] = _gated_info(info, descriptor, FunctionExecutionInfo)
+        return got
 
     setattr(get_execution_info, _MARK, True)
     FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
@@ -192,9 +240,13 @@ def install_worker_gate() -> bool:
 
 def worker_setup() -> None:
     """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
+    global _flag
     from raydbg.memory import budget
+    from raydbg.memory.whois import node_id_of_self
 
     budget.install_submit_hook()
+    node_id = node_id_of_self()
+    _flag = local.flag_path(node_id) if node_id else None
     install_worker_gate()
 
 

@@ -1,10 +1,16 @@
-"""Node-local "what runs in this worker now" records, written at task start, read by the monitor.
+"""Node-local files shared by the workers and the node's monitor, in a tmpfs.
 
+Records of "what runs in this worker now", written at task start, read by the monitor.
 Why: GCS task events reach GCS about a second after a task starts (Ray batches
 them), and a task growing at 1 GB/s can fill a node within that second; a busy
 worker GCS does not know yet would count as unknown (non-retriable) and could not
 be marked for the start gate. The start gate (gate.py) already runs at every task
-start, so it drops one small file per worker in a tmpfs: ~30 us, no network.
+start, so it rewrites one small file per worker: one `pwrite` on a file it keeps
+open (a few us; a new file + rename per task cost ~100x that, measured).
+
+The pressure flag `pressure-<node_id>`: the monitor keeps it while the node is above
+the gate's high mark, so that a task start normally costs one `stat`, not a memory
+read (gate.py).
 """
 
 from __future__ import annotations
@@ -15,14 +21,56 @@ import time
 from pathlib import Path
 from typing import Any
 
+RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
+FLAG_FRESH_S = 2.0  # an older flag is a monitor that died with it set: ignored
+
+
+_run_dirs: dict[str | None, Path] = {}
+
 
 def run_dir() -> Path:
+    """Where the records live; the same Path object every call (the gate runs per task)."""
     base = os.environ.get("RAYDBG_RUN_DIR")
-    if base:
-        return Path(base)
-    shm = Path("/dev/shm")
-    root = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path("/tmp")
-    return root / f"raydbg-{os.getuid()}" / "tasks"
+    found = _run_dirs.get(base)
+    if found is None:
+        if base:
+            found = Path(base)
+        else:
+            shm = Path("/dev/shm")
+            root = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path("/tmp")
+            found = root / f"raydbg-{os.getuid()}" / "tasks"
+        found = _run_dirs[base] = found
+    return found
+
+
+class RunningRecord:
+    """This worker's record file, kept open for the life of the process."""
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self.directory = directory or run_dir()
+        self._fd: int | None = None
+        self._pid = -1
+
+    def write(self, task_id: str, attempt: int, name: str, job_id: str, **extra: Any) -> None:
+        if self._fd is None or self._pid != os.getpid():
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._pid = os.getpid()
+            path = self.directory / str(self._pid)
+            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        rec: dict[str, Any] = {"task_id": task_id, "attempt": attempt, "name": name[:200]}
+        rec.update(job_id=job_id, start=time.time(), **extra)
+        data = json.dumps(rec).encode()[:RECORD_SIZE]
+        # One write of the whole fixed-size block; a reader that races it gets bad JSON
+        # and skips the record for that round (unknown = non-retriable: sound).
+        os.pwrite(self._fd, data.ljust(RECORD_SIZE), 0)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+_record: RunningRecord | None = None
 
 
 def write_running(
@@ -32,14 +80,93 @@ def write_running(
     job_id: str,
     directory: Path | None = None,
     held: bool = False,
+    function_id: str = "",
 ) -> None:
+    global _record
+    directory = directory or run_dir()
+    if _record is None or (_record.directory is not directory and _record.directory != directory):
+        if _record is not None:
+            _record.close()
+        _record = RunningRecord(directory)
+    _record.write(task_id, attempt, name, job_id, held=held, fn=function_id)
+
+
+def flag_path(node_id: str, directory: Path | None = None) -> Path:
+    return (directory or run_dir()) / f"pressure-{node_id}"
+
+
+def set_flag(path: Path, on: bool, info: str = "") -> None:
+    """The monitor's side: keep the flag fresh while `on`, remove it otherwise."""
+    try:
+        if on:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(info)
+        else:
+            path.unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def flag_up(path: Path) -> bool:
+    """The gate's side: one stat."""
+    try:
+        return time.time() - path.stat().st_mtime < FLAG_FRESH_S
+    except OSError:
+        return False
+
+
+def reserve(nbytes: int, directory: Path | None = None) -> None:
+    """An admitted retry says how much it will need (`reserve-<pid>`), so that the next
+    held retry does not take the same room before this one has grown into it."""
     d = directory or run_dir()
-    d.mkdir(parents=True, exist_ok=True)
-    rec: dict[str, Any] = {"task_id": task_id, "attempt": attempt, "name": name}
-    rec.update(job_id=job_id, start=time.time(), held=held)
-    tmp = d / f".{os.getpid()}.tmp"
-    tmp.write_text(json.dumps(rec))
-    os.replace(tmp, d / str(os.getpid()))  # atomic: a reader never sees half a record
+    try:
+        (d / f"reserve-{os.getpid()}").write_text(str(int(nbytes)))
+    except OSError:
+        pass
+
+
+def release(directory: Path | None = None) -> None:
+    try:
+        ((directory or run_dir()) / f"reserve-{os.getpid()}").unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def _anon(pid: int, proc: Path) -> int | None:
+    try:
+        text = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def reserved(directory: Path | None = None, proc: Path = Path("/proc")) -> int:
+    """Bytes other admitted retries reserved and have not allocated yet (gone ones: 0)."""
+    d = directory or run_dir()
+    total = 0
+    try:
+        names = [n for n in os.listdir(d) if n.startswith("reserve-")]
+    except OSError:
+        return 0
+    for name in names:
+        pid = int(name[8:]) if name[8:].isdigit() else -1
+        if pid == os.getpid():
+            continue
+        have = _anon(pid, proc)
+        if have is None:  # the process is gone: so is what it reserved
+            try:
+                (d / name).unlink()
+            except OSError:
+                pass
+            continue
+        try:
+            total += max(0, int((d / name).read_text()) - have)
+        except (OSError, ValueError):
+            continue
+    return total
 
 
 def read_running(pids: list[int], directory: Path | None = None) -> dict[int, dict[str, Any]]:
@@ -47,7 +174,7 @@ def read_running(pids: list[int], directory: Path | None = None) -> dict[int, di
     out: dict[int, dict[str, Any]] = {}
     for pid in pids:
         try:
-            out[pid] = json.loads((d / str(pid)).read_text())
+            out[pid] = json.loads((d / str(pid)).read_bytes())
         except (OSError, ValueError):
             continue
     return out

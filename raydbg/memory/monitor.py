@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from raydbg.memory import local
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
 from raydbg.memory.metrics import Metrics
 from raydbg.memory.policy import Candidate, Decision, PolicyConfig, Snapshot, decide, trigger_of
@@ -161,6 +162,12 @@ class MemoryMonitor:
         self.stats: dict[str, Any] = {"polls": 0, "scans": 0, "rounds": 0, "kills": 0}
         self._stop = threading.Event()
         self._metrics = Metrics()
+        # Workers of this node check it at task start (gate.py); None: no flag (tests).
+        self.flag = local.flag_path(node_id) if node_id else None
+        self._flag_on = False
+        # Largest memory seen per task name in decision rounds: what a retry of a killed
+        # attempt (killed on its way up) will likely need again (gate.py waits for it).
+        self.peaks: dict[str, int] = {}
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> None:
@@ -175,6 +182,18 @@ class MemoryMonitor:
 
     def stop(self) -> None:
         self._stop.set()
+        if self.flag is not None:
+            local.set_flag(self.flag, False)
+
+    def high_mark(self) -> float:
+        """Fraction of the limit above which the gate holds new task starts."""
+        return self.config.policy.threshold - self.config.policy.margin / 2
+
+    def _update_flag(self, node: NodeMemory) -> None:
+        on = node.used >= self.high_mark() * node.limit
+        if self.flag is not None and (on or self._flag_on):
+            local.set_flag(self.flag, on, f"{node.used} {node.limit}")  # refreshed while on
+        self._flag_on = on
 
     def poll(self) -> float:
         cfg = self.config
@@ -186,6 +205,7 @@ class MemoryMonitor:
         self.stats["polls"] += 1
         growth = self.node_growth.add(now, node.used)
         self._metrics.node(node, self.node_id)
+        self._update_flag(node)
         thr_frac = cfg.policy.threshold
         warm = node.fraction >= thr_frac - cfg.warm_band or (
             growth > 0 and (node.limit - node.used) / growth < 5 * cfg.policy.horizon_s
@@ -260,6 +280,9 @@ class MemoryMonitor:
         cfg = self.config
         dry = cfg.mode == "dry-run"
         round_id = secrets.token_hex(4)
+        for x in cands:
+            if x.kind == "task" and x.name:
+                self.peaks[x.name] = max(self.peaks.get(x.name, 0), x.memory)
         self.stats["rounds"] += 1
         top = sorted(self.procs.values(), key=lambda p: p.memory, reverse=True)[:10]
         for v in d.victims:
@@ -343,7 +366,13 @@ class MemoryMonitor:
                 "need": d.need,
                 "growth_bps": int(growth),
                 "reaction_s": round(reaction, 4),
-                "victim": {**_cand_dict(c), "reason": reason},
+                "victim": {
+                    **_cand_dict(c),
+                    "reason": reason,
+                    # What its next attempt is expected to need (the gate holds it until
+                    # that fits): at least what it had, at most what its kind reached.
+                    "expected_peak": max(c.memory, self.peaks.get(c.name, 0)),
+                },
                 "candidates": [_cand_dict(x) for x in d.order[:50]],
                 "top_consumers": [
                     {"pid": p.pid, "name": p.name, "memory": p.memory, "rss": p.rss} for p in top

@@ -90,9 +90,9 @@ class Recorder:
             return
         ident = victim.task_id or victim.actor_id
         if ident:
-            self.budget.mark_killed(
-                ident, victim.prior_kills + 1, event.get("id", ""), victim.memory
-            )
+            expected = event.get("details", {}).get("victim", {}).get("expected_peak")
+            room = int(expected or victim.memory)
+            self.budget.mark_killed(ident, victim.prior_kills + 1, event.get("id", ""), room)
 
 
 def build(

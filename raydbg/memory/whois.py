@@ -5,7 +5,8 @@ Sources, cheapest first:
   local records      task id + attempt per worker, written at task start (local.py)
   GCS task events    running task per worker pid (attempt, parent = caller, start time)
   GCS actor table    actor per pid with max_restarts / num_restarts
-  raydbg budget KV   max_retries and caller recorded at submission (budget.py)
+  raydbg budget KV   max_retries per function (+ per call where it differs) and caller,
+                     recorded at submission (budget.py)
 `candidates()` joins them (pure, unit-tested); `GcsView` reads the Ray side.
 """
 
@@ -73,7 +74,9 @@ class ClusterView(Protocol):
 
     def actors(self, node_id: str) -> list[ActorRow]: ...
 
-    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]: ...
+    def budgets(
+        self, task_ids: list[str], functions: dict[str, str] | None = None
+    ) -> dict[str, dict[str, Any]]: ...
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]: ...
 
@@ -252,11 +255,14 @@ class GcsView:
             )
         return rows
 
-    def budgets(self, task_ids: list[str]) -> dict[str, dict[str, Any]]:
-        """{task id: {"max_retries", "parent", "name"}} as recorded at submission."""
+    def budgets(
+        self, task_ids: list[str], functions: dict[str, str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """{task id: {"max_retries", "parent", "name"}} as recorded at submission;
+        `functions` (task id -> function id) finds a function's default."""
         from raydbg.memory import budget
 
-        return budget.lookup(task_ids)
+        return budget.lookup(task_ids, functions)
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
         from raydbg.memory import budget
@@ -362,7 +368,8 @@ class Resolver:
         if self.view is not None:
             try:
                 tids = [t.task_id for t in tasks]
-                records = self.view.budgets(tids)
+                fns = {str(r.get("task_id")): str(r.get("fn") or "") for r in recs.values()}
+                records = self.view.budgets(tids, fns)
                 budgets = {t: int(r["max_retries"]) for t, r in records.items()}
                 # The submitter recorded the caller: fill it in where GCS has not yet.
                 tasks = [

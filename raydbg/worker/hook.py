@@ -58,8 +58,8 @@ def setup_hook() -> None:
         install()
         from raydbg.telemetry.ray_tracing import trace_tasks_requested
 
-        if os.environ.get("RAYDBG_MEMORY_BUDGETS") == "1":
-            # Retry budgets of nested submissions + the start gate (a cost on every task).
+        if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":
+            # Retry budgets of nested submissions + the start gate (a stat and a pwrite a task).
             from raydbg.memory import gate
 
             gate.worker_setup()
