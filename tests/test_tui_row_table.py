@@ -107,3 +107,24 @@ async def test_bad_rows_are_refused() -> None:
             table.set_rows([("a", ("x", "1")), ("a", ("y", "2"))])
         with pytest.raises(ValueError, match="cells"):
             table.set_rows([("a", ("x",))])
+
+
+async def test_scrollbars_follow_the_row_count() -> None:
+    app = TableApp()
+    async with app.run_test(size=(40, 12)) as pilot:
+        table = app.query_one(RowTable)
+        table.styles.height = 8  # a fixed height: rows change no layout, only scrollbars
+        table.set_rows(rows("a", "b"))
+        await pilot.pause()
+        assert not table.show_vertical_scrollbar
+        table.set_rows(rows(*(f"k{i:02d}" for i in range(40))))
+        await pilot.pause()
+        assert table.show_vertical_scrollbar
+        assert table.vertical_scrollbar.window_virtual_size == 41  # rows and header
+        await pilot.press("end")
+        assert table.scroll_offset.y > 0 and table.cursor_key == "k39"
+        assert line(table, 7).split() == ["row", "k39", "K39"]  # the cursor row is shown
+        table.set_rows(rows("a", "b"))
+        await pilot.pause()
+        assert not table.show_vertical_scrollbar and table.scroll_offset.y == 0
+        assert line(table, 1).split() == ["row", "a", "A"]

@@ -33,6 +33,7 @@ class MainScreen(Screen[None]):
         self.refresh_interval = refresh
         self.slow_every = slow_every
         self.backoff = Backoff()
+        self._status_text = ""
 
     def compose(self) -> ComposeResult:
         yield Static(f"raydbg · gateway {self.gateway.address} · connecting…", id="status")
@@ -82,10 +83,13 @@ class MainScreen(Screen[None]):
         self.query_one(EventsPane).update_events(message.events)
 
     def on_gateway_state(self, message: GatewayState) -> None:
-        status = self.query_one("#status", Static)
         if message.ok:
-            status.update(f"raydbg · gateway {self.gateway.address} · connected")
-            status.remove_class("error")
+            text = f"raydbg · gateway {self.gateway.address} · connected"
         else:
-            status.update(f"raydbg · {message.text}")
-            status.add_class("error")
+            text = f"raydbg · {message.text}"
+        if text == self._status_text:
+            return  # every poll says "connected": repainting it each time cost ~15 ms
+        self._status_text = text
+        status = self.query_one("#status", Static)
+        status.update(text, layout=False)  # one line, whatever it says: no re-layout
+        status.set_class(not message.ok, "error")

@@ -188,7 +188,17 @@ class RowTable(ScrollView, can_focus=True):
 
     def _size_rows(self) -> None:
         width = sum(self._widths) + 2 * PAD * len(self._widths)
-        self.virtual_size = Size(width, len(self._keys) + 1)  # +1: the header line
+        size = Size(width, len(self._keys) + 1)  # +1: the header line
+        if size == self.virtual_size:
+            return
+        height = self.styles.height
+        if self.is_mounted and height is not None and not height.is_auto:
+            # Our own size does not depend on the rows: update the scrollbars only.
+            # Setting virtual_size re-lays out and repaints the whole screen (~15 ms).
+            self.set_reactive(RowTable.virtual_size, size)
+            self._scroll_update(size)
+        else:
+            self.virtual_size = size
 
     # -- cursor ---------------------------------------------------------------
 
