@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from raydbg.tui.format import NODE_COLUMNS, node_row
-from raydbg.tui.row_table import Row, RowTable
+from raydbg.tui.row_table import Row, RowTable, set_border_title
 
 
 class ClusterPane(RowTable):
@@ -22,7 +22,7 @@ class ClusterPane(RowTable):
         self.set_rows([(key, self._row(key, node)) for key, node in keyed.items()])
         self._records = keyed
         alive = sum(1 for n in nodes if n.get("alive", True))
-        self.border_title = f"Cluster ({alive}/{len(nodes)} nodes alive)"
+        set_border_title(self, f"Cluster ({alive}/{len(nodes)} nodes alive)")
 
     def _row(self, key: str, node: dict[str, Any]) -> Row:
         """The shown row while the node's record is unchanged: most nodes, most polls."""

@@ -13,7 +13,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Static
 
 from raydbg.tui.format import EVENT_COLUMNS, event_row
-from raydbg.tui.row_table import Row, RowTable
+from raydbg.tui.row_table import Row, RowTable, set_border_title
 
 
 class EventsPane(RowTable):
@@ -30,7 +30,7 @@ class EventsPane(RowTable):
         wanted = [(key, self._row(key, keyed[key])) for key in order]
         self.set_rows(wanted)
         self.events = keyed
-        self.border_title = f"Events ({len(order)})"
+        set_border_title(self, f"Events ({len(order)})")
 
     def _row(self, key: str, event: dict[str, Any]) -> Row:
         old = self.events.get(key)

@@ -23,6 +23,7 @@ from textual.geometry import Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
+from textual.widget import Widget
 
 Cell = str | Text
 Row = tuple[Cell, ...]
@@ -324,3 +325,9 @@ class RowTable(ScrollView, can_focus=True):
 
 def _width(cell: Cell) -> int:
     return cell.cell_len if isinstance(cell, Text) else cell_len(cell)
+
+
+def set_border_title(widget: Widget, title: str) -> None:
+    """Set a border title only when it changes: setting one repaints the whole widget."""
+    if widget.border_title != title:
+        widget.border_title = title

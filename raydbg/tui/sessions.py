@@ -13,7 +13,7 @@ from textual.widgets import Input
 from raydbg import records
 from raydbg.tui.format import SESSION_COLUMNS, age, session_matches, session_row
 from raydbg.tui.messages import AttachRequested
-from raydbg.tui.row_table import RowTable
+from raydbg.tui.row_table import RowTable, set_border_title
 
 
 class SessionsPane(Vertical):
@@ -70,7 +70,7 @@ class SessionsPane(Vertical):
         self._shown = [key for key, _ in wanted]
         total = len(self.sessions)
         shown = f"{len(self._shown)}/{total}" if self.filter_text else str(total)
-        self.border_title = f"Paused sessions ({shown})"
+        set_border_title(self, f"Paused sessions ({shown})")
 
     def _row(self, rec: dict[str, Any], now: float) -> tuple[str, ...]:
         """The row's cells; reused while the record and its age text stay the same."""
