@@ -20,7 +20,7 @@ from raydbg.memory.policy import (
 
 GiB = 1 << 30
 MiB = 1 << 20
-CFG = PolicyConfig(threshold=0.9, margin=0.05, horizon_s=1.0)
+CFG = PolicyConfig(threshold=0.9, margin=0.05, horizon_s=1.0, project_s=0.5)
 LIMIT = 10 * GiB
 OVER = 9_500 * MiB  # above the 9 GiB threshold; target is 8.5 GiB -> ~1 GiB to free
 

@@ -56,7 +56,7 @@ class MonitorConfig:
             min_free=int(_env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
             margin=_env_float("RAYDBG_MEMORY_MARGIN", 0.05),
             horizon_s=_env_float("RAYDBG_MEMORY_HORIZON_S", 0.5),
-            project_s=_env_float("RAYDBG_MEMORY_PROJECT_S", 0.5),
+            project_s=_env_float("RAYDBG_MEMORY_PROJECT_S", 0.25),
         )
         return cls(
             mode=mode.get(raw, "on"),

@@ -76,7 +76,7 @@ class PolicyConfig:
     min_free: int = 0  # act also when less than this many bytes are free
     margin: float = 0.05  # get back under threshold minus this fraction of the limit
     horizon_s: float = 0.5  # act when the limit would be reached within this time
-    project_s: float = 0.5  # growth counted into the deficit (kill -> memory freed -> next round)
+    project_s: float = 0.25  # growth counted into the deficit (kill -> memory freed -> next round)
 
 
 @dataclass(frozen=True)
