@@ -128,3 +128,18 @@ async def test_scrollbars_follow_the_row_count() -> None:
         await pilot.pause()
         assert not table.show_vertical_scrollbar and table.scroll_offset.y == 0
         assert line(table, 1).split() == ["row", "a", "A"]
+
+
+async def test_cursor_shows_focus() -> None:
+    app = TableApp()
+    async with app.run_test(size=(40, 8)) as pilot:
+        table = app.query_one(RowTable)
+        table.set_rows(rows("a", "b"))
+        table.focus()
+        await pilot.pause()
+        focused = list(table.render_line(1))[0].style  # the cursor row's first cell
+        table.blur()
+        await pilot.pause()
+        blurred = list(table.render_line(1))[0].style
+        assert focused != blurred  # a focused table's cursor stands out
+        assert list(table.render_line(2))[0].style not in (focused, blurred)  # a plain row

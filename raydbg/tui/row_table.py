@@ -143,16 +143,15 @@ class RowTable(ScrollView, can_focus=True):
         rows = dict(wanted)
         if len(rows) != len(keys):
             raise ValueError("duplicate row keys")
+        for key, row in wanted:
+            if len(row) != len(self.columns):
+                raise ValueError(f"row {key!r} has {len(row)} cells for {len(self.columns)}")
         moved = keys != self._keys
         edited: list[str] = []
         for key, row in wanted:
             old = self._rows.get(key)
             if old is row or old == row:
                 continue
-            if len(row) != len(self.columns):
-                raise ValueError(
-                    f"row {key!r} has {len(row)} cells for {len(self.columns)} columns"
-                )
             edited.append(key)
             self._forget(key)
             self._cell_widths[key] = tuple(_width(cell) for cell in row)
@@ -267,6 +266,8 @@ class RowTable(ScrollView, can_focus=True):
         return super().render_lines(crop)
 
     def render_line(self, y: int) -> Strip:
+        if not self._styles:
+            self._current_styles()
         header, cursor, even, odd = self._styles
         width = self.size.width
         scroll_x, scroll_y = (round(v) for v in self.scroll_offset)
