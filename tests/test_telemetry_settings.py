@@ -110,7 +110,18 @@ def test_grpc_protocol_builds_the_grpc_exporter(tmp_path: Path) -> None:
     assert _exporter_types(env, tmp_path, module=True) == [
         "opentelemetry.exporter.otlp.proto.grpc.trace_exporter"
     ]
+    metrics_only = read_plan({"OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "grpc"})
+    assert (metrics_only.traces_protocol, metrics_only.metrics_protocol) == (
+        "http/protobuf",
+        "grpc",
+    )
     per_signal = {**env, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf"}
     assert _exporter_types(per_signal, tmp_path, module=True) == [
         "opentelemetry.exporter.otlp.proto.http.trace_exporter"
     ]
+
+
+def test_exemplars_only_when_something_reads_them() -> None:
+    assert not read_plan({}).exemplars
+    assert read_plan({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://h:4318"}).exemplars
+    assert read_plan({"OTEL_METRICS_EXEMPLAR_FILTER": "always_on"}).exemplars

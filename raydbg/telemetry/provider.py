@@ -48,7 +48,7 @@ class State:
     """Everything `setup()` built; `tracer is None` means telemetry is off (the cheap path)."""
 
     tracer: trace.Tracer | None = None
-    meter: metrics.Meter | None = None
+    meter: metrics.Meter | LightMeter | None = None
     generation: int = 0
     kind: str = ""
     plan: Plan | None = None
@@ -173,13 +173,11 @@ def build(plan: Plan, kind: str) -> State:
                     export_timeout_millis=plan.metric_timeout_s * 1000,
                 )
             )
-    if "otlp" not in plan.metrics and not os.environ.get("OTEL_METRICS_EXEMPLAR_FILTER"):
-        # Exemplars only reach OTLP; sampling them under every span costs each update ~7 µs.
+    mp_kwargs: dict[str, Any] = {}
+    if not plan.exemplars:  # else OTel's default (trace-based) or OTEL_METRICS_EXEMPLAR_FILTER
         from opentelemetry.sdk.metrics import AlwaysOffExemplarFilter
 
-        mp_kwargs: dict[str, Any] = {"exemplar_filter": AlwaysOffExemplarFilter()}
-    else:
-        mp_kwargs = {}
+        mp_kwargs["exemplar_filter"] = AlwaysOffExemplarFilter()
     mp = MeterProvider(
         metric_readers=readers, resource=resource, shutdown_on_exit=False, **mp_kwargs
     )
@@ -191,7 +189,7 @@ def build(plan: Plan, kind: str) -> State:
     else:
         built.tracer = tp.get_tracer(SCOPE)
     sdk_meter = mp.get_meter(SCOPE)
-    built.meter = light if light is not None else sdk_meter  # type: ignore[assignment]
+    built.meter = light if light is not None else sdk_meter
     sdk_meter.create_observable_counter(
         "raydbg.telemetry.spans.dropped",
         callbacks=[lambda _o: _dropped_observations(built)],

@@ -38,6 +38,7 @@ class Plan:
     jsonl_backups: int = 3
     light_spans: bool = True
     light_metrics: bool = True
+    exemplars: bool = False
     warnings: tuple[str, ...] = field(default=())
 
     @property
@@ -160,6 +161,8 @@ def read_plan(env: Mapping[str, str], has_grpc: bool | None = None) -> Plan:
         light_spans=_light_spans(env, traces),
         # Light metrics (`lightmetrics.py`) likewise feed only the embedded files.
         light_metrics=metrics == ("jsonl",) and _light(env),
+        # Exemplars only reach OTLP; sampling one under each span costs every update ~7 µs.
+        exemplars="otlp" in metrics or bool(env.get("OTEL_METRICS_EXEMPLAR_FILTER")),
         warnings=tuple(warnings),
     )
 
