@@ -190,6 +190,29 @@ def test_kills_policy_victim_and_explains(tmp_path: Path) -> None:
     assert mon.stats["kills"] == 2 and mon.stats["rounds"] == 2
 
 
+def test_a_victim_exiting_right_after_a_reading_does_not_cost_a_second_kill(
+    tmp_path: Path,
+) -> None:
+    used = [int(3.8 * GiB), int(3.8 * GiB), int(2.9 * GiB)]
+    mon, killed, _, dead, clock = make(tmp_path, used, [task(1, GiB, 1), task(2, GiB, 2)])
+    mon.poll()
+    assert killed == [2]
+    read = mon.measurer.read
+
+    def read_then_victim_exits() -> NodeMemory:
+        node = read()  # still counts the victim's memory...
+        dead.add(2)  # ...which is freed just after
+        (tmp_path / "proc" / "2" / "cmdline").unlink(missing_ok=True)
+        return node
+
+    mon.measurer.read = read_then_victim_exits  # type: ignore[method-assign]
+    clock.t += 0.05
+    mon.poll()
+    clock.t += 0.05
+    mon.poll()
+    assert killed == [2]
+
+
 def test_victim_that_never_exits_stops_blocking(tmp_path: Path) -> None:
     mon, killed, _, _, clock = make(tmp_path, [int(3.8 * GiB)], [task(1, GiB, 1), task(2, GiB, 2)])
     mon.poll()

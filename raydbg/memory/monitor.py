@@ -200,6 +200,9 @@ class MemoryMonitor:
         if cfg.mode == "off":
             return 1.0
         now = self.clock()
+        # Reap before measuring: a victim that exits between a reading and the reap would
+        # leave a reading that still holds its memory, and a second, needless kill (seen).
+        self._reap(now)
         node = self.measurer.read()
         self.last = node
         self.stats["polls"] += 1
@@ -210,7 +213,6 @@ class MemoryMonitor:
         warm = node.fraction >= thr_frac - cfg.warm_band or (
             growth > 0 and (node.limit - node.used) / growth < 5 * cfg.policy.horizon_s
         )
-        self._reap(now)
         trig = trigger_of(node.used, node.limit, growth, cfg.policy)
         if trig is None:
             self._last_calm = now
