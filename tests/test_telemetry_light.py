@@ -39,7 +39,7 @@ def tracers() -> Any:
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(kept))
     light_ended: list[LightSpan] = []
-    light = LightTracer(light_ended.append, lambda: {"ray.job_id": "01000000"})
+    light = LightTracer(light_ended.append, lambda: {"ray.job_id": "01000000"}, None)
 
     def records() -> dict[str, dict[str, Any]]:
         recs = [s.record() for s in light_ended] + [span_record(s) for s in kept.spans]

@@ -117,12 +117,13 @@ class LightHistogram(_Light):
         return [attributes, 0, 0, math.inf, -math.inf, [0] * (len(self.bounds) + 1)]
 
     def record(self, amount: float, attributes: Mapping[str, Any] | None = None) -> None:
-        if amount < 0 or not math.isfinite(amount):
+        if not 0 <= amount < math.inf:  # negative, infinite or NaN (as the SDK drops them)
             self._drop(amount)
             return
         i = bisect.bisect_left(self.bounds, amount)  # buckets are (lower, upper]
         with self._lock:
-            p = self._point(attributes)
+            # Few calls on this path: it often runs right after a model step, caches cold.
+            p = (self._points.get(()) if not attributes else None) or self._point(attributes)
             p[1] += 1
             p[2] += amount
             if amount < p[3]:
