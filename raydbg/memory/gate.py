@@ -37,7 +37,7 @@ from raydbg.memory.measure import NodeMeasurer
 log = logging.getLogger("raydbg.memory")
 _MARK = "__raydbg_gate__"
 _measurer: NodeMeasurer | None = None
-_flag: Path | None = None  # this node's pressure flag; None: unknown node, always measure
+_flag: str | Path | None = None  # this node's pressure flag; None: unknown node, always measure
 
 
 def _f(name: str, default: float) -> float:
@@ -103,6 +103,17 @@ def _monitor_off() -> bool:
     return os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false")
 
 
+_statics: dict[tuple[str, str, str], str] = {}  # (name, job, function id) -> encoded fields
+
+
+def _static(name: str, job_id: str, function_id: str) -> str:
+    k = (name, job_id, function_id)
+    got = _statics.get(k)
+    if got is None:
+        got = _statics[k] = local.static_fields(name, job_id, function_id)
+    return got
+
+
 _reserving = False  # this worker's running attempt holds a reservation (local.py)
 
 
@@ -134,11 +145,14 @@ def before_task(name: str = "", function_id: str = "") -> None:
     try:
         tid, attempt = _current()
 
+        record = local.record()
+        static = _static(name, tid[-8:], function_id) if tid else ""
+
         def note(held: bool) -> None:
             # Tell the node's monitor what runs here now (GCS learns it ~1 s later), and
             # whether it is held here: a held task holds nothing worth a kill.
             if tid:
-                local.write_running(tid, attempt, name, tid[-8:], held=held, function_id=function_id)
+                record.write_static(tid, attempt, static, held)
 
         note(False)
         killed: dict[str, Any] | None = None
@@ -246,7 +260,7 @@ def worker_setup() -> None:
 
     budget.install_submit_hook()
     node_id = node_id_of_self()
-    _flag = local.flag_path(node_id) if node_id else None
+    _flag = str(local.flag_path(node_id)) if node_id else None
     install_worker_gate()
 
 

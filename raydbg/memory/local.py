@@ -52,14 +52,21 @@ class RunningRecord:
         self._pid = -1
 
     def write(self, task_id: str, attempt: int, name: str, job_id: str, **extra: Any) -> None:
+        fields = {"name": name[:200], "job_id": job_id, **extra}
+        self.write_static(task_id, attempt, json.dumps(fields)[1:-1])
+
+    def write_static(self, task_id: str, attempt: int, static: str, held: bool = False) -> None:
+        """`static`: the record's fields that do not change between this function's tasks,
+        JSON-encoded once by the caller (this runs before every task)."""
         if self._fd is None or self._pid != os.getpid():
             self.directory.mkdir(parents=True, exist_ok=True)
             self._pid = os.getpid()
             path = self.directory / str(self._pid)
             self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        rec: dict[str, Any] = {"task_id": task_id, "attempt": attempt, "name": name[:200]}
-        rec.update(job_id=job_id, start=time.time(), **extra)
-        data = json.dumps(rec).encode()[:RECORD_SIZE]
+        data = (
+            f'{{"task_id": "{task_id}", "attempt": {attempt}, "start": {time.time()}, '
+            f'"held": {"true" if held else "false"}, {static}}}'
+        ).encode()[:RECORD_SIZE]
         # One write of the whole fixed-size block; a reader that races it gets bad JSON
         # and skips the record for that round (unknown = non-retriable: sound).
         os.pwrite(self._fd, data.ljust(RECORD_SIZE), 0)
@@ -73,6 +80,22 @@ class RunningRecord:
 _record: RunningRecord | None = None
 
 
+def record() -> RunningRecord:
+    """This process's record in the current run dir."""
+    global _record
+    directory = run_dir()
+    if _record is None or (_record.directory is not directory and _record.directory != directory):
+        if _record is not None:
+            _record.close()
+        _record = RunningRecord(directory)
+    return _record
+
+
+def static_fields(name: str, job_id: str, function_id: str) -> str:
+    """The per-function part of a record, encoded once (see RunningRecord.write_static)."""
+    return json.dumps({"name": name[:200], "job_id": job_id, "fn": function_id})[1:-1]
+
+
 def write_running(
     task_id: str,
     attempt: int,
@@ -82,13 +105,10 @@ def write_running(
     held: bool = False,
     function_id: str = "",
 ) -> None:
-    global _record
-    directory = directory or run_dir()
-    if _record is None or (_record.directory is not directory and _record.directory != directory):
-        if _record is not None:
-            _record.close()
-        _record = RunningRecord(directory)
-    _record.write(task_id, attempt, name, job_id, held=held, fn=function_id)
+    rec = RunningRecord(directory) if directory is not None else record()
+    rec.write_static(task_id, attempt, static_fields(name, job_id, function_id), held)
+    if directory is not None:
+        rec.close()
 
 
 def flag_path(node_id: str, directory: Path | None = None) -> Path:
@@ -107,10 +127,10 @@ def set_flag(path: Path, on: bool, info: str = "") -> None:
         pass
 
 
-def flag_up(path: Path) -> bool:
+def flag_up(path: Path | str) -> bool:
     """The gate's side: one stat."""
     try:
-        return time.time() - path.stat().st_mtime < FLAG_FRESH_S
+        return time.time() - os.stat(path).st_mtime < FLAG_FRESH_S
     except OSError:
         return False
 
