@@ -135,21 +135,19 @@ class HttpReceiver(Collected):
         return gzip.decompress(body) if request.headers.get("Content-Encoding") == "gzip" else body
 
     async def _traces(self, request: Any) -> Any:
-        from aiohttp import web
-
-        msg = trace_service_pb2.ExportTraceServiceRequest()
-        msg.ParseFromString(await self._body(request))
-        self.add_traces(msg)
-        body = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
-        return web.Response(body=body, content_type="application/x-protobuf")
+        return await self._export(request, trace_service_pb2, "Trace", self.add_traces)
 
     async def _metrics(self, request: Any) -> Any:
+        return await self._export(request, metrics_service_pb2, "Metrics", self.add_metrics)
+
+    async def _export(self, request: Any, pb2: Any, signal: str, add: Any) -> Any:
+        """Decode an Export<signal>ServiceRequest, keep it, answer with an empty response."""
         from aiohttp import web
 
-        msg = metrics_service_pb2.ExportMetricsServiceRequest()
+        msg = getattr(pb2, f"Export{signal}ServiceRequest")()
         msg.ParseFromString(await self._body(request))
-        self.add_metrics(msg)
-        body = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+        add(msg)
+        body = getattr(pb2, f"Export{signal}ServiceResponse")().SerializeToString()
         return web.Response(body=body, content_type="application/x-protobuf")
 
     def close(self) -> None:

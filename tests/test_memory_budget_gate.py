@@ -187,7 +187,7 @@ def test_function_default_first_writer_wins(gcs: FakeGcs) -> None:
     budget._function_defaults.clear()  # another process, whose default differs
     assert budget.function_default("01000000", "f00d", 1) == 3
     tid = TID
-    budget.record_call(tid, "f00d", 1, 1, "g", None)  # 1 < the recorded 3: its own record
+    budget.record_call(tid, "f00d", 1, 1, "g")  # 1 < the recorded 3: its own record
     assert budget.lookup([tid], {tid: "f00d"})[tid]["max_retries"] == 1
 
 

@@ -149,13 +149,13 @@ def record_call(
     max_retries: int,
     function_max_retries: int,
     name: str,
-    parent: str | None,
 ) -> None:
     """What the submit hook does per call: nothing beyond the function's default, unless
-    this call's budget differs from it."""
+    this call's budget differs from it (then with the caller, for the policy's groups)."""
     default = function_default(task_id_hex[-8:], function_id_hex, function_max_retries)
     if max_retries == default:
         return
+    parent = _current_task_hex()
     if 0 <= max_retries < default or default < 0 <= max_retries:
         # Fewer retries than the default says: must be readable before the task can grow.
         _gcs().internal_kv_put(
@@ -221,18 +221,14 @@ def install_submit_hook() -> bool:
     def _remote(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = orig(self, *args, **kwargs)
         try:
-            options = {
-                k: v
-                for k, v in kwargs.items()
-                if k not in ("args", "kwargs", "serialized_runtime_env_info")
-            }
             tid = task_id_of(result)
             if tid is not None:
-                name = options.get("name") or getattr(self, "_function_name", "")
+                # kwargs hold the call's task options (merged with the function's).
+                name = kwargs.get("name") or getattr(self, "_function_name", "")
                 fid = self._function_descriptor.function_id.hex()
                 default = effective_max_retries(self._default_options)
-                mine = effective_max_retries(options)
-                record_call(tid, fid, mine, default, str(name), _current_task_hex())
+                mine = effective_max_retries(kwargs)
+                record_call(tid, fid, mine, default, str(name))
         except Exception as e:
             log.debug("raydbg: budget not recorded: %s", e)
         return result

@@ -51,10 +51,6 @@ class RunningRecord:
         self._fd: int | None = None
         self._pid = -1
 
-    def write(self, task_id: str, attempt: int, name: str, job_id: str, **extra: Any) -> None:
-        fields = {"name": name[:200], "job_id": job_id, **extra}
-        self.write_static(task_id, attempt, json.dumps(fields)[1:-1])
-
     def write_static(self, task_id: str, attempt: int, static: str, held: bool = False) -> None:
         """`static`: the record's fields that do not change between this function's tasks,
         JSON-encoded once by the caller (this runs before every task)."""
@@ -84,7 +80,7 @@ def record() -> RunningRecord:
     """This process's record in the current run dir."""
     global _record
     directory = run_dir()
-    if _record is None or (_record.directory is not directory and _record.directory != directory):
+    if _record is None or _record.directory is not directory:  # run_dir() caches its Paths
         if _record is not None:
             _record.close()
         _record = RunningRecord(directory)
