@@ -76,7 +76,8 @@ def _offline_dataset(cfg: TrainConfig) -> tuple[Any, ComponentsSpec, str]:
     if size < cfg.cache_data_mib * 2**20:
         # Small enough for the object store: read once, not once per epoch and per restart.
         ds = ds.materialize()
-    return ds.randomize_block_order(seed=cfg.seed), spec, str(root / manifest["uncond_embedding"])
+    # Absolute: Train workers need not run in the driver's working directory.
+    return ds.randomize_block_order(seed=cfg.seed), spec, str((root / manifest["uncond_embedding"]).resolve())
 
 
 def _online_dataset(cfg: TrainConfig, run_dir: Path) -> tuple[Any, ComponentsSpec]:
