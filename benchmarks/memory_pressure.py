@@ -40,6 +40,17 @@ SCENARIOS = {
         zero_retry=[1, 4],
         num_cpus=6,
     ),
+    # Three waves of 'many' (18 tasks, 6 CPUs): what the node learns in the first wave
+    # (how much a `grow` task needs) can spare the later ones.
+    "waves": mp.Scenario(
+        limit_mb=3400,
+        tasks=18,
+        peak_mb=600,
+        rate_mb_s=300,
+        stagger_s=0.3,
+        zero_retry=[1, 7, 13],
+        num_cpus=6,
+    ),
 }
 
 

@@ -172,7 +172,10 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
         fns = {t: "f00d" for t in (plain, plain2, zero, more)}
         got = budget.lookup([plain, plain2, zero, more, "00" * 24], fns)
         assert {t: r["max_retries"] for t, r in got.items()} == {
-            plain: 2, plain2: 2, zero: 0, more: -1
+            plain: 2,
+            plain2: 2,
+            zero: 0,
+            more: -1,
         }
         assert got[zero]["name"] == "mod.grow"
         assert budget.lookup([plain]) == {}  # no function id: unknown
@@ -211,34 +214,99 @@ def test_fits() -> None:
 
 
 def test_before_task_holds_a_retry_after_a_raydbg_kill(
-    monkeypatch: pytest.MonkeyPatch, gcs: FakeGcs, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, gcs: FakeGcs, capsys: pytest.CaptureFixture[str], run_dir: Path
 ) -> None:
+    from raydbg.memory import local
+
     budget.mark_killed(TID, 1, "ev42", memory=GiB)
     monkeypatch.setattr(gate, "_current", lambda: (TID, 1))
     used = [int(3.2 * GiB)]
     monkeypatch.setattr(gate, "node_memory", lambda: (used[0], 4 * GiB))
-    waits: list[float] = []
+    held: list[bool] = []
 
-    def fake_wait(ok: Any, max_hold: float, **kw: Any) -> float:
-        assert not ok()  # 3.2 + 1 GiB does not fit under 85% of 4 GiB
-        used[0] = 2 * GiB
-        assert ok()  # 2 + 1 fits
-        waits.append(max_hold)
-        return 1.5
+    def sleep(d: float) -> None:
+        # 3.2 + 1 GiB does not fit under 85% of 4 GiB: held, and the record says so.
+        held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
+        used[0] = 2 * GiB  # 2 + 1 fits
 
-    monkeypatch.setattr(gate, "wait_until", fake_wait)
+    monkeypatch.setattr(gate, "_sleep", sleep)
     gate.before_task("grow")
-    err = capsys.readouterr().err
-    assert waits == [60.0] and "event ev42" in err and "held 1.5s" in err
-    from raydbg.memory import local
-
+    assert held == [True] and "event ev42" in capsys.readouterr().err
     rec = local.read_running([os.getpid()])[os.getpid()]
-    assert (rec["task_id"], rec["attempt"], rec["name"], rec["job_id"]) == (
+    assert (rec["task_id"], rec["attempt"], rec["name"], rec["job_id"], rec["held"]) == (
         TID,
         1,
         "grow",
         "01000000",
+        False,
     )
+    # Admitted: the room stays reserved until the task returns.
+    assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
+    gate._release()
+    assert not (run_dir / f"reserve-{os.getpid()}").exists()
+
+
+def _peaks(run_dir: Path, table: dict[str, int]) -> Any:
+    from raydbg.memory.learn import PeakTable
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "peaks-n1").write_text(json.dumps(table))
+    return PeakTable(run_dir / "peaks-n1")
+
+
+def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raydbg.memory import local
+
+    monkeypatch.setattr(gate, "_peaks", _peaks(run_dir, {"f00d": GiB}))
+    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    monkeypatch.setattr(gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        # Another admitted task of the function has ~1 GiB still to grow into: 2 GiB used
+        # + ~1 GiB of ours + ~1 GiB of its > 85% of 4 GiB.
+        (run_dir / f"reserve-{other.pid}").write_text(str(GiB))
+        held: list[bool] = []
+
+        def sleep(d: float) -> None:
+            held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
+            other.kill()  # it returned: its reservation is gone with it
+            other.wait()
+
+        monkeypatch.setattr(gate, "_sleep", sleep)
+        gate.before_task("grow", "f00d")
+        assert held == [True]
+        assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
+        assert not local.read_running([os.getpid()])[os.getpid()]["held"]
+        gate._release()
+        # A function not learned to be big takes the cheap path: no reservation.
+        monkeypatch.setattr(gate, "_sleep", lambda d: pytest.fail("held"))
+        gate.before_task("small", "beef")
+        assert not (run_dir / f"reserve-{os.getpid()}").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path
+) -> None:
+    # No other admitted task: nothing to wait for below the high mark (87.5%).
+    sleeps: list[float] = []
+    monkeypatch.setattr(gate, "_sleep", sleeps.append)
+    assert gate.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) < 0.05
+    assert sleeps == []
+    gate._release()
+    # A retry after a kill (strict) waits for its room, up to the longest hold.
+    gate.admit(3 * GiB, True, 0.3, read=lambda: (int(3.4 * GiB), 4 * GiB))
+    assert len(sleeps) >= 1
+    gate._release()
+    # Above the high mark a big function's task waits too.
+    sleeps.clear()
+    gate.admit(3 * GiB, False, 0.3, read=lambda: (int(3.6 * GiB), 4 * GiB))
+    assert len(sleeps) >= 1
+    gate._release()
 
 
 def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -299,7 +367,9 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
         FunctionActorManager, "get_execution_info", lambda self, job, d: infos[d.kind]
     )
     ran: list[int] = []
-    monkeypatch.setattr(gate, "before_task", lambda name, fid: ran.append(1) if fid == "f00d" else None)
+    monkeypatch.setattr(
+        gate, "before_task", lambda name, fid: ran.append(1) if fid == "f00d" else None
+    )
     assert gate.install_worker_gate() and gate.install_worker_gate()  # idempotent
     mgr = FunctionActorManager.__new__(FunctionActorManager)
     got = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))

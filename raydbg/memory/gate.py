@@ -6,13 +6,18 @@ again until it fails for good. So, at the start of each normal task:
   * an attempt that follows a raydbg kill (KV `killed/...`, written by the monitor)
     waits until the memory its killed attempt held fits under the low mark
     (threshold - margin) again: it would otherwise grow back and be killed again;
-  * any attempt waits while the node is above the high mark (threshold - margin/2);
-both with exponential backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s).
-While held, the task's local record says so and the monitor leaves it alone.
+  * a task of a function whose tasks were seen to grow big on this node (learn.py)
+    waits until that peak fits: the second wave of such tasks needs no kill;
+  * any other attempt waits while the node is above the high mark (threshold - margin/2);
+all with backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s). An admitted task
+that was held for its peak reserves it until it returns (local.py), so tasks starting
+together do not count the same free room twice. While held, the task's local record
+says so and the monitor leaves it alone.
 
 Cost: this runs before every task, so the common case is one `stat` of the node's
-pressure flag (the monitor keeps it while the node is above the high mark) and one
-`pwrite` of the local record; memory is read only while the flag is up.
+pressure flag (the monitor keeps it while the node is above the high mark), one dict
+lookup of the function's learned peak and one `pwrite` of the local record; memory is
+read only while the flag is up or for a function learned to be big.
 
 `install_worker_gate()` is called by raydbg's worker setup hook. It wraps what
 `FunctionActorManager.get_execution_info` returns for plain (non-actor, non-async,
@@ -32,12 +37,15 @@ from pathlib import Path
 from typing import Any
 
 from raydbg.memory import local
+from raydbg.memory.learn import PeakTable, peaks_path
 from raydbg.memory.measure import NodeMeasurer
 
 log = logging.getLogger("raydbg.memory")
 _MARK = "__raydbg_gate__"
 _measurer: NodeMeasurer | None = None
 _flag: str | Path | None = None  # this node's pressure flag; None: unknown node, always measure
+_peaks: PeakTable | None = None  # what big functions' tasks reach on this node (learn.py)
+_sleep = time.sleep  # admit()'s pause between checks (tests replace it)
 
 
 def _f(name: str, default: float) -> float:
@@ -64,9 +72,45 @@ def node_memory() -> tuple[int, int]:
 
 
 def fits(low: float, extra: int, read: Callable[[], tuple[int, int]] | None = None) -> bool:
-    """Does `extra` fit under `low`, counting what admitted retries reserved (local.py)?"""
+    """Does `extra` fit under `low`, counting what admitted tasks reserved (local.py)?"""
     used, limit = (read or node_memory)()
     return used + extra + local.reserved() < low * limit
+
+
+def admit(
+    room: int,
+    strict: bool,
+    max_hold_s: float,
+    on_hold: Callable[[], None] = lambda: None,
+    read: Callable[[], tuple[int, int]] | None = None,
+) -> float:
+    """Hold until this task's expected peak (`room`, its whole process) fits under the low
+    mark, then reserve it until the task returns; seconds waited.
+
+    Check and reserve happen under one lock, so tasks starting together do not take the
+    same room. `strict` (a retry after a raydbg kill): only room, or `max_hold_s`, lets it
+    go. Otherwise (a function learned to be big) it also goes when no other admitted task
+    holds a reservation and the node is below the high mark: waiting would then free
+    nothing."""
+    low, high = marks()
+    start = time.monotonic()
+    delay = 0.02
+    held = False
+    while True:
+        with local.admission_lock():
+            used, limit = (read or node_memory)()
+            have = local.anon(os.getpid()) or 0
+            pending = local.reservations()
+            room_now = used + max(0, room - have) + sum(pending) < low * limit
+            alone = not strict and not pending and used < high * limit
+            if room_now or alone or time.monotonic() - start >= max_hold_s:
+                _reserve(room)
+                return time.monotonic() - start
+        if not held:
+            held = True
+            on_hold()
+        _sleep(delay)
+        delay = min(0.25, delay * 2)
 
 
 def wait_until(
@@ -148,11 +192,14 @@ def before_task(name: str = "", function_id: str = "") -> None:
         record = local.record()
         static = _static(name, tid[-8:], function_id) if tid else ""
 
-        def note(held: bool) -> None:
+        held = [False]
+
+        def note(now_held: bool) -> None:
             # Tell the node's monitor what runs here now (GCS learns it ~1 s later), and
             # whether it is held here: a held task holds nothing worth a kill.
+            held[0] = now_held
             if tid:
-                record.write_static(tid, attempt, static, held)
+                record.write_static(tid, attempt, static, now_held)
 
         note(False)
         killed: dict[str, Any] | None = None
@@ -164,29 +211,34 @@ def before_task(name: str = "", function_id: str = "") -> None:
                 import json
 
                 killed = json.loads(next(iter(got.values())))
+        peak = _peaks.get(function_id) if _peaks is not None else 0
+        max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
+        why = "for memory"
         if killed is not None:
-            low = marks()[0]
-            room = int(killed.get("memory", 0))
+            room = max(int(killed.get("memory", 0)), peak)
             # One line in the task's log naming the event that explains the last kill.
             print(
                 f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
                 f"(event {killed.get('event')}); waiting until {room >> 20} MiB fit under "
-                f"{low:.0%} of node memory",
+                f"{marks()[0]:.0%} of node memory",
                 file=sys.stderr,
                 flush=True,
             )
-            note(True)
-            waited = wait_until(lambda: fits(low, room), _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0))
-            _reserve(room)
+            waited = admit(room, True, max_hold, lambda: note(True))
+        elif peak:
+            # Its function's tasks were seen to reach `peak` on this node (learn.py).
+            waited = admit(peak, False, max_hold, lambda: note(True))
+            why = f"until the {peak >> 20} MiB its function's tasks reach on this node fit"
         elif under_pressure():
             note(True)
             low = marks()[0]
-            waited = wait_until(lambda: fits(low, 0), _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0))
+            waited = wait_until(lambda: fits(low, 0), max_hold)
         else:
             return
-        note(False)
+        if held[0]:
+            note(False)
         if waited > 0.05:
-            print(f"raydbg: task start held {waited:.1f}s for memory", file=sys.stderr, flush=True)
+            print(f"raydbg: task start held {waited:.1f}s {why}", file=sys.stderr, flush=True)
     except Exception as e:
         log.debug("raydbg memory gate skipped: %s", e)
 
@@ -254,13 +306,14 @@ def install_worker_gate() -> bool:
 
 def worker_setup() -> None:
     """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
-    global _flag
+    global _flag, _peaks
     from raydbg.memory import budget
     from raydbg.memory.whois import node_id_of_self
 
     budget.install_submit_hook()
     node_id = node_id_of_self()
     _flag = str(local.flag_path(node_id)) if node_id else None
+    _peaks = PeakTable(str(peaks_path(node_id))) if node_id else None
     install_worker_gate()
 
 

@@ -15,9 +15,12 @@ read (gate.py).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -148,7 +151,7 @@ def release(directory: Path | None = None) -> None:
         pass
 
 
-def _anon(pid: int, proc: Path) -> int | None:
+def anon(pid: int, proc: Path = Path("/proc")) -> int | None:
     try:
         text = (proc / str(pid) / "status").read_text()
     except OSError:
@@ -159,19 +162,20 @@ def _anon(pid: int, proc: Path) -> int | None:
     return 0
 
 
-def reserved(directory: Path | None = None, proc: Path = Path("/proc")) -> int:
-    """Bytes other admitted retries reserved and have not allocated yet (gone ones: 0)."""
+def reservations(directory: Path | None = None, proc: Path = Path("/proc")) -> list[int]:
+    """Per admitted task of another live process: bytes it reserved and has not allocated
+    yet (gone ones are removed)."""
     d = directory or run_dir()
-    total = 0
+    out: list[int] = []
     try:
         names = [n for n in os.listdir(d) if n.startswith("reserve-")]
     except OSError:
-        return 0
+        return out
     for name in names:
         pid = int(name[8:]) if name[8:].isdigit() else -1
         if pid == os.getpid():
             continue
-        have = _anon(pid, proc)
+        have = anon(pid, proc)
         if have is None:  # the process is gone: so is what it reserved
             try:
                 (d / name).unlink()
@@ -179,10 +183,34 @@ def reserved(directory: Path | None = None, proc: Path = Path("/proc")) -> int:
                 pass
             continue
         try:
-            total += max(0, int((d / name).read_text()) - have)
+            out.append(max(0, int((d / name).read_text()) - have))
         except (OSError, ValueError):
             continue
-    return total
+    return out
+
+
+def reserved(directory: Path | None = None, proc: Path = Path("/proc")) -> int:
+    """Bytes other admitted tasks reserved and have not allocated yet."""
+    return sum(reservations(directory, proc))
+
+
+_lock_fd: int | None = None
+
+
+@contextlib.contextmanager
+def admission_lock(directory: Path | None = None) -> Iterator[None]:
+    """One admission decision at a time on this machine: two tasks starting together
+    must not both take the same free room (check, then reserve, under the lock)."""
+    global _lock_fd
+    if _lock_fd is None:
+        d = directory or run_dir()
+        d.mkdir(parents=True, exist_ok=True)
+        _lock_fd = os.open(d / "admit.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(_lock_fd, fcntl.LOCK_EX)
+    try:
+        yield
+    finally:
+        fcntl.flock(_lock_fd, fcntl.LOCK_UN)
 
 
 def read_running(pids: list[int], directory: Path | None = None) -> dict[int, dict[str, Any]]:

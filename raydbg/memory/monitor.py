@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raydbg.memory import local
+from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
 from raydbg.memory.metrics import Metrics
 from raydbg.memory.policy import Candidate, Decision, PolicyConfig, Snapshot, decide, trigger_of
 from raydbg.memory.procs import ProcMem, scan
+from raydbg.memory.whois import titles
 
 log = logging.getLogger("raydbg.memory")
 
@@ -168,6 +170,8 @@ class MemoryMonitor:
         # Largest memory seen per task name in decision rounds: what a retry of a killed
         # attempt (killed on its way up) will likely need again (gate.py waits for it).
         self.peaks: dict[str, int] = {}
+        # Per function: the most its tasks held here; published for the gate's admission.
+        self.learner = PeakLearner(peaks_path(node_id) if node_id else None)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> None:
@@ -253,6 +257,7 @@ class MemoryMonitor:
         self.procs = scan(self.measurer.pids(), self.measurer.roots, known=self._known)
         self.stats["scans"] += 1
         self._last_scan = now
+        self._learn(now)
         for pid in list(self.proc_growth):
             if pid not in self.procs:
                 del self.proc_growth[pid]
@@ -260,6 +265,15 @@ class MemoryMonitor:
             pid: max(0.0, self.proc_growth.setdefault(pid, Growth()).add(now, pm.memory))
             for pid, pm in self.procs.items()
         }
+
+    def _learn(self, now: float) -> None:
+        """Count each busy worker's memory toward the function it runs (learn.py)."""
+        recs = local.read_running(list(self.procs))
+        if recs:
+            memory = {pid: pm.memory for pid, pm in self.procs.items()}
+            self.learner.observe(memory, recs, titles(recs, self.measurer.roots))
+        if self.last is not None:
+            self.learner.publish(self.last.limit, now)
 
     def _reap(self, now: float) -> None:
         for pid, t in list(self.pending.items()):

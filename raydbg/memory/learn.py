@@ -1,0 +1,114 @@
+"""What a function's tasks need at their peak, learned on this node, for the start gate.
+
+Why: Ray starts as many tasks as there are CPUs, whatever they will allocate. When a
+function's tasks together outgrow the node, a monitor can only kill (Ray's does, in
+every wave of work). Once the node has seen how far a function's tasks grow, the start
+gate (gate.py) can hold the next one at its start until that fits, so the second and
+later waves of a big-memory function need no kill at all.
+
+The monitor (monitor.py) observes, whenever it scans processes (near the threshold, and
+in decision rounds): each busy worker's anonymous memory, counted toward the function
+its local record names (local.py). The learned peak of a function is the most any of its
+tasks held on this node: for a killed attempt a lower bound, which is still the best
+guess. Only functions whose tasks reach `min_fraction` of the node limit are published
+(`<run dir>/peaks-<node_id>`, JSON {function id: bytes}): small tasks never pay for the
+admission path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from raydbg.memory import local
+
+
+def peaks_path(node_id: str, directory: Path | None = None) -> Path:
+    return (directory or local.run_dir()) / f"peaks-{node_id}"
+
+
+class PeakLearner:
+    """The monitor's side: observe per-process memory, publish the big functions' peaks."""
+
+    def __init__(self, path: Path | None, min_fraction: float = 0.05, every_s: float = 1.0):
+        self.path = path
+        self.min_fraction = min_fraction
+        self.every_s = every_s
+        self.peaks: dict[str, int] = {}  # function id -> most memory seen
+        self._published: dict[str, int] = {}
+        self._last_publish = -1e9
+
+    def observe(
+        self, memory: dict[int, int], recs: dict[int, dict[str, Any]], titles: dict[int, str]
+    ) -> None:
+        """`memory`: pid -> bytes; `recs`: local records; `titles`: pid -> ray::<title>."""
+        for pid, r in recs.items():
+            fn = r.get("fn")
+            title = titles.get(pid)
+            # Only a worker that still runs the recorded task (its title names it) and is
+            # not held at its start (it holds nothing of the task yet).
+            if not fn or r.get("held") or title is None or pid not in memory:
+                continue
+            if str(r.get("name", "")).rsplit(".", 1)[-1] != title:
+                continue
+            if memory[pid] > self.peaks.get(fn, 0):
+                self.peaks[fn] = memory[pid]
+
+    def publish(self, limit: int, now: float | None = None) -> bool:
+        """Write the big functions' peaks when they changed (at most every `every_s`)."""
+        now = time.monotonic() if now is None else now
+        if self.path is None or now - self._last_publish < self.every_s:
+            return False
+        big = {fn: b for fn, b in self.peaks.items() if b >= self.min_fraction * limit}
+        if big == self._published:
+            return False
+        self._last_publish = now
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + f".{os.getpid()}")
+            tmp.write_text(json.dumps(big))
+            os.replace(tmp, self.path)  # readers never see half a file
+        except OSError:
+            return False
+        self._published = big
+        return True
+
+
+class PeakTable:
+    """The gate's side: the node's published peaks, re-read at most every `every_s`."""
+
+    def __init__(self, path: Path | str | None, every_s: float = 0.5) -> None:
+        self.path = path
+        self.every_s = every_s
+        self.peaks: dict[str, int] = {}
+        self._checked = -1e9
+        self._mtime = 0.0
+
+    def get(self, function_id: str) -> int:
+        """Learned peak of the function (0: not a big one, or unknown); one clock read
+        per call in the common case (this runs at every task start)."""
+        if self.path is None or not function_id:
+            return 0
+        now = time.monotonic()
+        if now - self._checked >= self.every_s:
+            self._checked = now
+            self._reload()
+        return self.peaks.get(function_id, 0)
+
+    def _reload(self) -> None:
+        try:
+            mtime = os.stat(self.path).st_mtime  # type: ignore[arg-type]
+        except OSError:
+            self.peaks, self._mtime = {}, 0.0
+            return
+        if mtime == self._mtime:
+            return
+        try:
+            got = json.loads(Path(self.path).read_text())  # type: ignore[arg-type]
+            self.peaks = {str(k): int(v) for k, v in got.items()}
+            self._mtime = mtime
+        except (OSError, ValueError, AttributeError):
+            pass
