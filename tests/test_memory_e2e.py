@@ -51,3 +51,22 @@ def test_raydbg_kills_newest_retriable_task_before_the_kernel() -> None:
     assert any(not c["retriable"] for c in d["candidates"])  # the actor and the zero-retry call
     assert len(d["top_consumers"]) == 10 and "retriable task" in d["victim"]["reason"]
     assert any("memory-monitor kill (event" in ln for ln in r["raydbg_lines"])
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="cgroups are Linux-only")
+def test_later_waves_of_a_big_function_are_held_at_start_not_killed() -> None:
+    why = _can_sandbox()
+    if why:
+        pytest.skip(why)
+    # Four CPUs, but only two 700 MiB tasks fit beside Ray and the actor: the first wave
+    # costs kills; from then on the node knows what `grow` needs and holds its starts.
+    sc = memory_workload.Scenario(
+        limit_mb=3400, tasks=10, peak_mb=700, rate_mb_s=700, hold_s=0.5, stagger_s=0.2,
+        actor_mb=300, num_cpus=4,
+    )  # fmt: skip
+    r = memory_workload.run("raydbg", sc, timeout=140)
+    assert "results" in r, r.get("driver_tail")
+    assert r["kernel_oom_kills"] == 0
+    assert [x["status"] for x in r["results"]] == ["ok"] * sc.tasks
+    assert 1 <= r["raydbg_kills"] <= 3, [e["message"] for e in r["events"]]
+    assert any("its function's tasks reach on this node fit" in ln for ln in r["raydbg_lines"])
