@@ -313,7 +313,8 @@ def worker_setup() -> None:
     budget.install_submit_hook()
     node_id = node_id_of_self()
     _flag = str(local.flag_path(node_id)) if node_id else None
-    _peaks = PeakTable(str(peaks_path(node_id))) if node_id else None
+    learn = os.environ.get("RAYDBG_MEMORY_LEARN", "1").strip().lower() not in ("0", "off")
+    _peaks = PeakTable(str(peaks_path(node_id))) if node_id and learn else None
     install_worker_gate()
 
 
