@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -284,6 +285,70 @@ def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
         monkeypatch.setattr(gate, "_sleep", lambda d: pytest.fail("held"))
         gate.before_task("small", "beef")
         assert not (run_dir / f"reserve-{os.getpid()}").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_learned_peak(
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from raydbg.memory import local
+
+    flag = local.flag_path("n1", run_dir)
+    local.set_flag(flag, True, f"{2 * GiB} {4 * GiB} trend")  # the monitor: heading up
+    table = _peaks(run_dir, {})
+    monkeypatch.setattr(gate, "_flag", flag)
+    monkeypatch.setattr(gate, "_peaks", table)
+    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    monkeypatch.setattr(gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    held: list[bool] = []
+
+    def wait(ok: Any, hold_s: float) -> float:
+        held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
+        assert not ok()  # held while the trend flag is up
+        # Meanwhile the monitor learned the function's peak and the growth stopped.
+        (run_dir / "peaks-n1").write_text(json.dumps({"f00d": GiB}))
+        table._checked = -1e9
+        flag.unlink()
+        assert ok()
+        return 1.5
+
+    monkeypatch.setattr(gate, "wait_until", wait)
+    gate.before_task("grow", "f00d")
+    assert held == [True]
+    # Looked up after the hold: admitted with the peak the hold taught, and reserved.
+    assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
+    assert not local.read_running([os.getpid()])[os.getpid()]["held"]
+    assert "held 1.5s" in capsys.readouterr().err
+    gate._release()
+
+
+def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path
+) -> None:
+    from raydbg.memory import local
+
+    # A worker titled ray::grow whose record says it runs f00d: it will return, and free.
+    other = subprocess.Popen(["bash", "-c", "exec -a ray::grow sleep 30"])
+    try:
+        local.write_running("t", 0, "grow", "j", run_dir, function_id="f00d")
+        os.replace(run_dir / str(os.getpid()), run_dir / str(other.pid))
+        for _ in range(100):  # until bash has exec'd
+            if gate.siblings("f00d"):
+                break
+            time.sleep(0.02)
+        assert gate.siblings("f00d") == 1 and gate.siblings("beef") == 0
+        sleeps: list[float] = []
+        monkeypatch.setattr(gate, "_sleep", sleeps.append)
+        read = lambda: (int(3.0 * GiB), 4 * GiB)  # noqa: E731  below the high mark (3.5)
+        gate.admit(GiB, False, 0.2, read=read, function_id="f00d")
+        assert sleeps  # not alone: waited for the sibling
+        gate._release()
+        sleeps.clear()
+        gate.admit(GiB, False, 0.2, read=read, function_id="beef")
+        assert not sleeps  # nothing of its kind runs: waiting would free nothing
+        gate._release()
     finally:
         other.kill()
         other.wait()

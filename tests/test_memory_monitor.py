@@ -146,6 +146,30 @@ def test_pressure_flag_is_up_exactly_while_above_the_high_mark(tmp_path: Path) -
     assert not mon.flag.exists()
 
 
+def test_pressure_flag_says_trend_while_growth_heads_past_the_high_mark(tmp_path: Path) -> None:
+    from raydbg.memory import local
+
+    # 0.5 of LIMIT growing at 0.4 GiB/s: 3.5 s to the high mark (0.875), past the 2 s
+    # horizon: no flag. At 0.7 of LIMIT and the same growth, 1.75 s: "trend". Growth
+    # stops below the high mark: down again.
+    used = [int(f * LIMIT) for f in (0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.75, 0.75, 0.75)]
+    mon, killed, _, _, clock = make(tmp_path, used, [])
+    assert mon.flag is not None
+    seen = []
+    for _ in used:
+        mon.poll()
+        seen.append(local.flag_reason(mon.flag) if local.flag_up(mon.flag) else "")
+        clock.t += 0.5
+    assert seen[:3] == ["", "", ""]
+    assert "trend" in seen[3:6]
+    assert seen[-1] == "" and not killed
+    # Above the high mark the reason is memory, whatever the growth.
+    mon.measurer.used = [int(0.88 * LIMIT)]  # type: ignore[attr-defined]
+    mon.measurer.reads = 0  # type: ignore[attr-defined]
+    mon.poll()
+    assert local.flag_reason(mon.flag) == "memory"
+
+
 def test_warm_band_polls_fast_and_scans_without_deciding(tmp_path: Path) -> None:
     mon, killed, _, _, clock = make(tmp_path, [int(3.3 * GiB)], [task(1, GiB, 1)])
     assert mon.poll() == CFG.fast_refresh_s

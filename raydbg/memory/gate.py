@@ -8,7 +8,9 @@ again until it fails for good. So, at the start of each normal task:
     (threshold - margin) again: it would otherwise grow back and be killed again;
   * a task of a function whose tasks were seen to grow big on this node (learn.py)
     waits until that peak fits: the second wave of such tasks needs no kill;
-  * any other attempt waits while the node is above the high mark (threshold - margin/2);
+  * any other attempt waits while the node is above the high mark (threshold - margin/2)
+    or, says the monitor, its growth will take it there within RAYDBG_MEMORY_HOLD_HORIZON_S
+    (2 s): a task started now would be among the newest at the crossing, the first victims;
 all with backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s). An admitted task
 that was held for its peak reserves it until it returns (local.py), so tasks starting
 together do not count the same free room twice. While held, the task's local record
@@ -83,6 +85,7 @@ def admit(
     max_hold_s: float,
     on_hold: Callable[[], None] = lambda: None,
     read: Callable[[], tuple[int, int]] | None = None,
+    function_id: str = "",
 ) -> float:
     """Hold until this task's expected peak (`room`, its whole process) fits under the low
     mark, then reserve it until the task returns; seconds waited.
@@ -90,8 +93,8 @@ def admit(
     Check and reserve happen under one lock, so tasks starting together do not take the
     same room. `strict` (a retry after a raydbg kill): only room, or `max_hold_s`, lets it
     go. Otherwise (a function learned to be big) it also goes when no other admitted task
-    holds a reservation and the node is below the high mark: waiting would then free
-    nothing."""
+    holds a reservation, no other task of `function_id` runs here (one that will end and
+    free its memory) and the node is below the high mark: waiting would then free nothing."""
     low, high = marks()
     start = time.monotonic()
     delay = 0.02
@@ -102,7 +105,7 @@ def admit(
             have = local.anon(os.getpid()) or 0
             pending = local.reservations()
             room_now = used + max(0, room - have) + sum(pending) < low * limit
-            alone = not strict and not pending and used < high * limit
+            alone = not strict and not pending and used < high * limit and not siblings(function_id)
             if room_now or alone or time.monotonic() - start >= max_hold_s:
                 _reserve(room)
                 return time.monotonic() - start
@@ -111,6 +114,29 @@ def admit(
             on_hold()
         _sleep(delay)
         delay = min(0.25, delay * 2)
+
+
+def siblings(function_id: str) -> int:
+    """Other workers of this machine running a task of `function_id` now (not held at its
+    start): their memory comes back when they return. Records + process titles, ~50 us a
+    worker; only on the admission path of big functions."""
+    if not function_id:
+        return 0
+    from raydbg.memory.whois import ray_title
+
+    d = local.run_dir()
+    try:
+        pids = [int(n) for n in os.listdir(d) if n.isdigit() and int(n) != os.getpid()]
+    except OSError:
+        return 0
+    n = 0
+    for pid, r in local.read_running(pids, d).items():
+        if r.get("fn") != function_id or r.get("held"):
+            continue
+        # A record outlives its task: the title says whether the worker still runs it.
+        if ray_title(pid) == str(r.get("name", "")).rsplit(".", 1)[-1]:
+            n += 1
+    return n
 
 
 def wait_until(
@@ -158,6 +184,10 @@ def _static(name: str, job_id: str, function_id: str) -> str:
     return got
 
 
+def _peak(function_id: str) -> int:
+    return _peaks.get(function_id) if _peaks is not None else 0
+
+
 _reserving = False  # this worker's running attempt holds a reservation (local.py)
 
 
@@ -175,11 +205,25 @@ def _release() -> None:
         local.release()
 
 
-def under_pressure() -> bool:
-    """Is the node above the high mark? One stat when the node's flag is known."""
-    if _flag is not None and not local.flag_up(_flag):
-        return False
-    return not fits(marks()[1], 0)
+def under_pressure() -> str:
+    """Why fresh task starts wait now: "memory" (the node is above the high mark),
+    "trend" (the monitor sees it heading there), or "". One stat when the flag is down."""
+    if _flag is not None:
+        if not local.flag_up(_flag):
+            return ""
+        if local.flag_reason(_flag) == "trend":
+            return "trend"
+    return "" if fits(marks()[1], 0) else "memory"
+
+
+def hold(pressure: str, max_hold_s: float) -> float:
+    """Wait out `pressure` (under_pressure()); seconds waited."""
+    if pressure == "trend" and _flag is not None:
+        # The monitor drops the flag once growth no longer heads past the high mark.
+        flag = _flag
+        return wait_until(lambda: not local.flag_up(flag), max_hold_s)
+    low = marks()[0]
+    return wait_until(lambda: fits(low, 0), max_hold_s)
 
 
 def before_task(name: str = "", function_id: str = "") -> None:
@@ -211,11 +255,11 @@ def before_task(name: str = "", function_id: str = "") -> None:
                 import json
 
                 killed = json.loads(next(iter(got.values())))
-        peak = _peaks.get(function_id) if _peaks is not None else 0
         max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
+        waited = 0.0
         why = "for memory"
         if killed is not None:
-            room = max(int(killed.get("memory", 0)), peak)
+            room = max(int(killed.get("memory", 0)), _peak(function_id))
             # One line in the task's log naming the event that explains the last kill.
             print(
                 f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
@@ -224,17 +268,28 @@ def before_task(name: str = "", function_id: str = "") -> None:
                 file=sys.stderr,
                 flush=True,
             )
-            waited = admit(room, True, max_hold, lambda: note(True))
-        elif peak:
-            # Its function's tasks were seen to reach `peak` on this node (learn.py).
-            waited = admit(peak, False, max_hold, lambda: note(True))
-            why = f"until the {peak >> 20} MiB its function's tasks reach on this node fit"
-        elif under_pressure():
-            note(True)
-            low = marks()[0]
-            waited = wait_until(lambda: fits(low, 0), max_hold)
+            waited = admit(room, True, max_hold, lambda: note(True), function_id=function_id)
         else:
-            return
+            pressure = under_pressure()
+            if pressure:
+                note(True)
+                waited = hold(pressure, max_hold)
+                if pressure == "trend":
+                    why = "while node memory grew toward its limit"
+            # Looked up after the hold: the growth it waited out may have taught it.
+            peak = _peak(function_id)
+            if peak:
+                # Its function's tasks were seen to reach `peak` on this node (learn.py).
+                waited += admit(
+                    peak,
+                    False,
+                    max(0.0, max_hold - waited),
+                    lambda: note(True),
+                    function_id=function_id,
+                )
+                why = f"until the {peak >> 20} MiB its function's tasks reach on this node fit"
+            elif not pressure:
+                return
         if held[0]:
             note(False)
         if waited > 0.05:

@@ -9,8 +9,9 @@ start, so it rewrites one small file per worker: one `pwrite` on a file it keeps
 open (a few us; a new file + rename per task cost ~100x that, measured).
 
 The pressure flag `pressure-<node_id>`: the monitor keeps it while the node is above
-the gate's high mark, so that a task start normally costs one `stat`, not a memory
-read (gate.py).
+the gate's high mark or its growth will take it there within a short horizon (content:
+"used limit memory|trend"), so that a task start normally costs one `stat`, not a
+memory read (gate.py).
 """
 
 from __future__ import annotations
@@ -132,6 +133,15 @@ def flag_up(path: Path | str) -> bool:
         return time.time() - os.stat(path).st_mtime < FLAG_FRESH_S
     except OSError:
         return False
+
+
+def flag_reason(path: Path | str) -> str:
+    """Why the flag is up: "memory" (above the high mark) or "trend" (heading there)."""
+    try:
+        with open(path) as f:
+            return f.read(100).rsplit(" ", 1)[-1].strip() or "memory"
+    except OSError:
+        return ""
 
 
 def reserve(nbytes: int, directory: Path | None = None) -> None:

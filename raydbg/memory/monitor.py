@@ -47,6 +47,9 @@ class MonitorConfig:
     warm_band: float = 0.15  # "near" = within this fraction of the limit below threshold
     scan_every_s: float = 0.25  # per-process scans in the warm band (growth per worker)
     pending_timeout_s: float = 10.0  # stop waiting for a victim that does not exit
+    # Raise the gate's flag when growth reaches the high mark within this: a task started
+    # now would be among the newest when the crossing comes, i.e. the first victims.
+    hold_horizon_s: float = 2.0
     dry_run_cooldown_s: float = 5.0
 
     @classmethod
@@ -65,6 +68,7 @@ class MonitorConfig:
             policy=policy,
             refresh_s=_env_float("RAYDBG_MEMORY_REFRESH_S", 0.25),
             fast_refresh_s=_env_float("RAYDBG_MEMORY_FAST_REFRESH_S", 0.05),
+            hold_horizon_s=_env_float("RAYDBG_MEMORY_HOLD_HORIZON_S", 2.0),
         )
 
 
@@ -193,10 +197,16 @@ class MemoryMonitor:
         """Fraction of the limit above which the gate holds new task starts."""
         return self.config.policy.threshold - self.config.policy.margin / 2
 
-    def _update_flag(self, node: NodeMemory) -> None:
-        on = node.used >= self.high_mark() * node.limit
+    def _update_flag(self, node: NodeMemory, growth: float) -> None:
+        """Up while the node is above the high mark ("memory") or heading there within
+        `hold_horizon_s` ("trend"); the gate holds new task starts while it is up."""
+        high = self.high_mark() * node.limit
+        over = node.used >= high
+        trend = not over and growth > 0 and node.used + growth * self.config.hold_horizon_s >= high
+        on = over or trend
         if self.flag is not None and (on or self._flag_on):
-            local.set_flag(self.flag, on, f"{node.used} {node.limit}")  # refreshed while on
+            reason = "trend" if trend else "memory"
+            local.set_flag(self.flag, on, f"{node.used} {node.limit} {reason}")  # fresh while on
         self._flag_on = on
 
     def poll(self) -> float:
@@ -212,7 +222,7 @@ class MemoryMonitor:
         self.stats["polls"] += 1
         growth = self.node_growth.add(now, node.used)
         self._metrics.node(node, self.node_id)
-        self._update_flag(node)
+        self._update_flag(node, growth)
         thr_frac = cfg.policy.threshold
         warm = node.fraction >= thr_frac - cfg.warm_band or (
             growth > 0 and (node.limit - node.used) / growth < 5 * cfg.policy.horizon_s
