@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -354,6 +355,22 @@ def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
         other.wait()
 
 
+def test_a_learned_peak_fits_under_the_high_mark_a_killed_attempts_memory_under_the_low(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sleeps: list[float] = []
+    monkeypatch.setattr(gate, "_sleep", sleeps.append)
+    # 24.5 + 10 GiB (less this process's own ~0.1 GiB) of 40: ~86%, between the low (85%)
+    # and the high mark (87.5%).
+    read = lambda: (int(24.5 * GiB), 40 * GiB)  # noqa: E731
+    gate.admit(10 * GiB, True, 60, read=read, learned=True)
+    assert sleeps == []
+    gate._release()
+    gate.admit(10 * GiB, True, 0.2, read=read, learned=False)
+    assert sleeps
+    gate._release()
+
+
 def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
     monkeypatch: pytest.MonkeyPatch, run_dir: Path
 ) -> None:
@@ -414,6 +431,10 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
     async def coro() -> int:
         return 2
 
+    def gen() -> Any:
+        yield 3
+        yield 4
+
     class Desc:
         function_id = _FunctionId()
 
@@ -427,6 +448,7 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
         "task": FunctionExecutionInfo(plain, "plain", 0),
         "actor": FunctionExecutionInfo(plain, "A.m", 0),
         "async": FunctionExecutionInfo(coro, "coro", 0),
+        "gen": FunctionExecutionInfo(gen, "gen", 0),
     }
     monkeypatch.setattr(
         FunctionActorManager, "get_execution_info", lambda self, job, d: infos[d.kind]
@@ -443,6 +465,11 @@ def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch)
     assert again.function is got.function  # wrapped once, cached
     assert FunctionActorManager.get_execution_info(mgr, None, Desc("actor")).function is plain
     assert FunctionActorManager.get_execution_info(mgr, None, Desc("async")).function is coro
+    # A generator task (Ray Data's map tasks): still a generator, gated at its first item.
+    wrapped = FunctionActorManager.get_execution_info(mgr, None, Desc("gen")).function
+    items = wrapped()
+    assert inspect.isgenerator(items) and ran == [1]
+    assert list(items) == [3, 4] and ran == [1, 1]
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:

@@ -430,6 +430,17 @@ def test_local_records_roundtrip_and_prune(tmp_path: Path) -> None:
     assert local.prune(d) == 1 and {p.name for p in d.iterdir()} == {"junk", str(me)}
 
 
+def test_a_record_matches_the_title_ray_gives_its_task() -> None:
+    from raydbg.memory.local import matches_title
+
+    assert matches_title("grow", "grow") and matches_title("__main__.grow", "grow")
+    # options(name=...) and Ray Data name the task, and the title is up to the first space.
+    assert matches_title("Nap Named(x.y)", "Nap")
+    assert matches_title("ReadRange->MapBatches(f)", "ReadRange->MapBatches(f)")
+    assert not matches_title("grow", "IDLE") and not matches_title("grow", None)
+    assert not matches_title("ReadRange->MapBatches(f)", "f)")
+
+
 def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
     from raydbg.memory.whois import merge_local
 

@@ -22,8 +22,8 @@ lookup of the function's learned peak and one `pwrite` of the local record; memo
 read only while the flag is up or for a function learned to be big.
 
 `install_worker_gate()` is called by raydbg's worker setup hook. It wraps what
-`FunctionActorManager.get_execution_info` returns for plain (non-actor, non-async,
-non-generator) functions; everything else passes through untouched.
+`FunctionActorManager.get_execution_info` returns for task functions (not actor methods,
+not async): plain and generator functions; everything else passes through untouched.
 """
 
 from __future__ import annotations
@@ -86,9 +86,15 @@ def admit(
     on_hold: Callable[[], None] = lambda: None,
     read: Callable[[], tuple[int, int]] | None = None,
     function_id: str = "",
+    learned: bool = True,
 ) -> float:
-    """Hold until this task's expected peak (`room`, its whole process) fits under the low
-    mark, then reserve it until the task returns; seconds waited.
+    """Hold until this task's expected peak (`room`, its whole process) fits, then reserve
+    it until the task returns; seconds waited.
+
+    Fits: under the high mark when `room` is a learned peak (the most its function's tasks
+    held here: a sound estimate, and the high mark is still below the kill threshold, so
+    one more task fits more often), else under the low mark (a killed attempt's memory,
+    a lower bound of what its retry needs).
 
     Check and reserve happen under one lock, so tasks starting together do not take the
     same room. `strict` (a retry after a raydbg kill): only room, or `max_hold_s`, lets it
@@ -104,7 +110,9 @@ def admit(
             used, limit = (read or node_memory)()
             have = local.anon(os.getpid()) or 0
             pending = local.reservations()
-            room_now = used + max(0, room - have) + sum(pending) < low * limit
+            room_now = (
+                used + max(0, room - have) + sum(pending) < (high if learned else low) * limit
+            )
             alone = not strict and not pending and used < high * limit and not siblings(function_id)
             if room_now or alone or time.monotonic() - start >= max_hold_s:
                 _reserve(room)
@@ -133,8 +141,7 @@ def siblings(function_id: str) -> int:
     for pid, r in local.read_running(pids, d).items():
         if r.get("fn") != function_id or r.get("held"):
             continue
-        # A record outlives its task: the title says whether the worker still runs it.
-        if ray_title(pid) == str(r.get("name", "")).rsplit(".", 1)[-1]:
+        if local.matches_title(str(r.get("name", "")), ray_title(pid)):
             n += 1
     return n
 
@@ -169,6 +176,17 @@ def _current() -> tuple[str | None, int]:
     return tid, attempt
 
 
+def _task_name(default: str) -> str:
+    """The running task's name (the process title's, `ray::<name>`; options(name=...) and
+    Ray Data's operator names differ from the function's), ~0.2 us."""
+    try:
+        import ray
+
+        return str(ray._private.worker.global_worker.current_task_name or default)
+    except Exception:
+        return default
+
+
 def _monitor_off() -> bool:
     return os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false")
 
@@ -180,6 +198,8 @@ def _static(name: str, job_id: str, function_id: str) -> str:
     k = (name, job_id, function_id)
     got = _statics.get(k)
     if got is None:
+        if len(_statics) > 1000:  # task names made per call (options(name=f"...{i}"))
+            _statics.clear()
         got = _statics[k] = local.static_fields(name, job_id, function_id)
     return got
 
@@ -234,7 +254,7 @@ def before_task(name: str = "", function_id: str = "") -> None:
         tid, attempt = _current()
 
         record = local.record()
-        static = _static(name, tid[-8:], function_id) if tid else ""
+        static = _static(_task_name(name), tid[-8:], function_id) if tid else ""
 
         held = [False]
 
@@ -259,16 +279,18 @@ def before_task(name: str = "", function_id: str = "") -> None:
         waited = 0.0
         why = "for memory"
         if killed is not None:
-            room = max(int(killed.get("memory", 0)), _peak(function_id))
+            peak = _peak(function_id)
+            room = max(int(killed.get("memory", 0)), peak)
+            learned = peak >= room
             # One line in the task's log naming the event that explains the last kill.
             print(
                 f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
                 f"(event {killed.get('event')}); waiting until {room >> 20} MiB fit under "
-                f"{marks()[0]:.0%} of node memory",
+                f"{marks()[1 if learned else 0]:.0%} of node memory",
                 file=sys.stderr,
                 flush=True,
             )
-            waited = admit(room, True, max_hold, lambda: note(True), function_id=function_id)
+            waited = admit(room, True, max_hold, lambda: note(True), learned=learned)
         else:
             pressure = under_pressure()
             if pressure:
@@ -299,6 +321,21 @@ def before_task(name: str = "", function_id: str = "") -> None:
 
 
 def _gated(fn: Callable[..., Any], name: str, function_id: str = "") -> Callable[..., Any]:
+    if inspect.isgeneratorfunction(fn):
+        # A generator task (Ray Data's map tasks, num_returns="streaming"): Ray iterates
+        # what the call returns, so the gate runs before the first item and the
+        # reservation lasts until the generator is done.
+        @functools.wraps(fn)
+        def run_gen(*args: Any, **kwargs: Any) -> Any:
+            before_task(name, function_id)
+            try:
+                yield from fn(*args, **kwargs)
+            finally:
+                _release()
+
+        setattr(run_gen, _MARK, True)
+        return run_gen
+
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> Any:
         before_task(name, function_id)
@@ -312,11 +349,12 @@ def _gated(fn: Callable[..., Any], name: str, function_id: str = "") -> Callable
 
 
 def _plain(fn: Any) -> bool:
+    """A function the gate wraps: sync, a plain function or a generator function (async
+    ones run on an event loop Ray owns; their budget stays unknown)."""
     return (
         callable(fn)
         and not getattr(fn, _MARK, False)
         and not inspect.iscoroutinefunction(fn)
-        and not inspect.isgeneratorfunction(fn)
         and not inspect.isasyncgenfunction(fn)
     )
 

@@ -52,7 +52,7 @@ class PeakLearner:
             # not held at its start (it holds nothing of the task yet).
             if not fn or r.get("held") or title is None or pid not in memory:
                 continue
-            if str(r.get("name", "")).rsplit(".", 1)[-1] != title:
+            if not local.matches_title(str(r.get("name", "")), title):
                 continue
             if memory[pid] > self.peaks.get(fn, 0):
                 self.peaks[fn] = memory[pid]

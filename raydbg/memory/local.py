@@ -96,6 +96,16 @@ def static_fields(name: str, job_id: str, function_id: str) -> str:
     return json.dumps({"name": name[:200], "job_id": job_id, "fn": function_id})[1:-1]
 
 
+def matches_title(name: str, title: str | None) -> bool:
+    """Does a record's task `name` name what the worker's process title (`ray::<task
+    name>`, whois.ray_title: up to the first space) says it runs now? A record outlives
+    its task; the title does not."""
+    if not title:
+        return False
+    first = name.split(" ", 1)[0]
+    return first == title or first.rsplit(".", 1)[-1] == title  # or a qualified function name
+
+
 def write_running(
     task_id: str,
     attempt: int,

@@ -280,10 +280,6 @@ def node_id_of_self() -> str:
         return ""
 
 
-def _short(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
 def merge_local(
     tasks: list[TaskRow], recs: dict[int, dict[str, Any]], titles: dict[int, str], node_id: str
 ) -> list[TaskRow]:
@@ -295,14 +291,14 @@ def merge_local(
     out = list(tasks)
     for pid, r in recs.items():
         title = titles.get(pid, "")
-        if title == "IDLE" or _short(str(r.get("name", ""))) != _short(title):
+        if title == "IDLE" or not local.matches_title(str(r.get("name", "")), title):
             continue  # stale: the worker has moved on to something else
         g = newest.get(pid)
         if g is not None and (g.task_id == r.get("task_id") or g.start_time >= r["start"] - 0.5):
             continue  # GCS knows it (and knows the caller)
         out.append(
             TaskRow(
-                str(r["task_id"]), int(r["attempt"]), _short(str(r.get("name", ""))),
+                str(r["task_id"]), int(r["attempt"]), str(r.get("name", "")),
                 str(r.get("job_id", "")), "", pid, node_id, float(r["start"]),
             )
         )  # fmt: skip
@@ -348,7 +344,7 @@ class Resolver:
         held = {
             p
             for p, r in recs.items()
-            if r.get("held") and _short(str(r.get("name"))) == _short(ti[p])
+            if r.get("held") and local.matches_title(str(r.get("name", "")), ti.get(p))
         }
         workers -= held
         self.held = held

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+import time
 from pathlib import Path
 
 import ray
@@ -140,3 +142,13 @@ import sys as _sys  # noqa: E402
 
 # Workers cannot import tests/: ship this module's code by value.
 ray.cloudpickle.register_pickle_by_value(_sys.modules[__name__])
+
+
+def nap(seconds: float) -> int:
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def nap_batch(batch: dict) -> dict:
+    time.sleep(float(os.environ.get("NAP_BATCH_S", "6")))
+    return batch

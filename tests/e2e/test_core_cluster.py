@@ -321,3 +321,41 @@ def test_the_agent_runs_the_memory_monitor_in_its_own_process(cluster: str) -> N
     assert monitors[0].pid != agent["pid"]  # outside the agent: not the OOM killer's first pick
     nodes = asyncio.run(gateway(cluster).nodes())
     assert nodes[0]["memory"]["limit"] > 0
+
+
+def test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets(cluster: str) -> None:
+    """Who-is-who on real workers: a task named by options(name=...) (its process title is
+    the name, not the function) and a Ray Data map task (a generator task) are retriable
+    with the budgets their submitters gave them."""
+    import threading
+
+    from raydbg.memory.measure import NodeMeasurer
+    from raydbg.memory.procs import scan
+    from raydbg.memory.whois import GcsView, Resolver
+
+    node_id = ray.get_runtime_context().get_node_id()
+    named = ray.remote(max_retries=2)(targets.nap).options(name="Nap Named(x.y)").remote(8)
+    ds = ray.data.range(2, override_num_blocks=1).map_batches(targets.nap_batch)
+    data = threading.Thread(target=ds.take_all)
+    data.start()
+    measurer = NodeMeasurer(psi=False)
+    resolver = Resolver(GcsView(), node_id, protect={os.getpid()})
+    seen: dict[str, Any] = {}
+    deadline = time.monotonic() + 60
+    # Until both are known with a budget: a task is titled a moment before its record is
+    # written, and a GCS read that times out under load leaves a round unknown (sound).
+    while time.monotonic() < deadline and (
+        len(seen) < 2 or any(c.retries_left is None for c in seen.values())
+    ):
+        procs = scan(measurer.pids(), measurer.roots)
+        for c in resolver.candidates(procs, {}):
+            if c.name == "Nap Named(x.y)":
+                seen["named"] = c
+            elif "MapBatches(nap_batch)" in c.name:
+                seen["data"] = c
+        time.sleep(0.2)
+    data.join(60)
+    ray.get(named, timeout=60)
+    assert set(seen) == {"named", "data"}, seen
+    assert seen["named"].retriable and seen["named"].retries_left == 2
+    assert seen["data"].retriable and seen["data"].retries_left == -1  # Ray Data: max_retries=-1
