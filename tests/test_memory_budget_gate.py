@@ -252,7 +252,7 @@ def _peaks(run_dir: Path, table: dict[str, int]) -> Any:
     from raydbg.memory.learn import PeakTable
 
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "peaks-n1").write_text(json.dumps(table))
+    (run_dir / "peaks-n1").write_text(json.dumps({"peaks": table, "complete": sorted(table)}))
     return PeakTable(run_dir / "peaks-n1")
 
 
@@ -309,7 +309,7 @@ def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_l
         held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
         assert not ok()  # held while the trend flag is up
         # Meanwhile the monitor learned the function's peak and the growth stopped.
-        (run_dir / "peaks-n1").write_text(json.dumps({"f00d": GiB}))
+        (run_dir / "peaks-n1").write_text(json.dumps({"peaks": {"f00d": GiB}}))
         table._checked = -1e9
         flag.unlink()
         assert ok()
@@ -369,6 +369,29 @@ def test_a_learned_peak_fits_under_the_high_mark_a_killed_attempts_memory_under_
     gate.admit(10 * GiB, True, 0.2, read=read, learned=False)
     assert sleeps
     gate._release()
+
+
+def test_only_a_complete_learned_peak_is_admitted_under_the_high_mark(
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path
+) -> None:
+    from raydbg.memory.learn import PeakTable
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    peaks = {"f00d": GiB, "beef": GiB}
+    (run_dir / "peaks-n1").write_text(json.dumps({"peaks": peaks, "complete": ["f00d"]}))
+    monkeypatch.setattr(gate, "_peaks", PeakTable(run_dir / "peaks-n1"))
+    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    seen: dict[str, bool] = {}
+    monkeypatch.setattr(
+        gate,
+        "admit",
+        lambda room, strict, hold, on_hold, **kw: (
+            seen.update({kw["function_id"]: kw["learned"]}) or 0.0
+        ),
+    )
+    gate.before_task("grow", "f00d")
+    gate.before_task("grow", "beef")
+    assert seen == {"f00d": True, "beef": False}
 
 
 def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(

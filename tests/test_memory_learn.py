@@ -39,12 +39,36 @@ def test_learner_keeps_the_most_a_function_held_and_publishes_only_big_ones(tmp_
     lr.observe({1: GiB // 2}, recs, titles)  # less later: the peak stays
     assert lr.peaks == {"aa": 2 * GiB, "bb": 100 * MiB}
     assert lr.publish(LIMIT, now=10.0)
-    assert json.loads(path.read_text()) == {"aa": 2 * GiB}  # 100 MiB < 5% of 4 GiB
+    # 100 MiB < 5% of 4 GiB; no task seen to end yet: a lower bound only.
+    assert json.loads(path.read_text()) == {"peaks": {"aa": 2 * GiB}, "complete": []}
     lr.observe({3: GiB}, recs, titles)
     assert not lr.publish(LIMIT, now=10.5)  # changed, but within every_s of the last write
     assert lr.publish(LIMIT, now=11.0)
     assert not lr.publish(LIMIT, now=20.0)  # unchanged: no write
-    assert json.loads(path.read_text()) == {"aa": 2 * GiB, "bb": GiB}
+    assert json.loads(path.read_text())["peaks"] == {"aa": 2 * GiB, "bb": GiB}
+
+
+def test_a_peak_is_complete_once_a_task_of_the_function_ended_on_its_own(tmp_path: Path) -> None:
+    lr = PeakLearner(tmp_path / "peaks-n1", min_fraction=0.05, every_s=0)
+    recs = {1: {"task_id": "t1", "name": "grow", "fn": "aa"}}
+    recs[2] = {"task_id": "t2", "name": "grow", "fn": "bb"}
+    titles = {1: "grow", 2: "grow"}
+    lr.observe({1: GiB, 2: GiB}, recs, titles)
+    assert lr.complete == set()
+    lr.observe({1: GiB, 2: GiB}, recs, titles)  # the same tasks still run
+    assert lr.complete == set()
+    # Worker 1 is idle now (alive, its task ended); worker 2 is gone (killed: not complete).
+    lr.observe({1: 60 * MiB}, recs, {1: "IDLE"})
+    assert lr.complete == {"aa"}
+    assert lr.publish(LIMIT, now=1.0)
+    table = PeakTable(tmp_path / "peaks-n1")
+    assert table.get("aa") == GiB and table.is_complete("aa")
+    assert table.get("bb") == GiB and not table.is_complete("bb")
+    # A worker that moved on to another task of the same function: the first one ended.
+    lr2 = PeakLearner(None)
+    lr2.observe({3: GiB}, {3: {"task_id": "x", "name": "g", "fn": "cc"}}, {3: "g"})
+    lr2.observe({3: GiB}, {3: {"task_id": "y", "name": "g", "fn": "cc"}}, {3: "g"})
+    assert lr2.complete == {"cc"}
 
 
 def test_table_rereads_a_changed_file_at_most_every_period(
@@ -57,7 +81,7 @@ def test_table_rereads_a_changed_file_at_most_every_period(
     path = tmp_path / "peaks-n1"
     table = PeakTable(path, every_s=0.5)
     assert table.get("aa") == 0  # no file yet
-    path.write_text(json.dumps({"aa": GiB}))
+    path.write_text(json.dumps({"peaks": {"aa": GiB}}))
     assert table.get("aa") == 0  # checked 0 s ago
     t[0] += 0.5
     assert table.get("aa") == GiB
@@ -81,5 +105,5 @@ def test_monitor_learns_from_its_scans_and_publishes_for_the_gate(
     assert not killed and mon.stats["scans"] == 1
     path = peaks_path("n1")
     assert path == run_dir / "peaks-n1"
-    assert json.loads(path.read_text()) == {"f00d": GiB}
+    assert json.loads(path.read_text())["peaks"] == {"f00d": GiB}
     assert PeakTable(path).get("f00d") == GiB

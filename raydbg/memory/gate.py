@@ -91,10 +91,10 @@ def admit(
     """Hold until this task's expected peak (`room`, its whole process) fits, then reserve
     it until the task returns; seconds waited.
 
-    Fits: under the high mark when `room` is a learned peak (the most its function's tasks
-    held here: a sound estimate, and the high mark is still below the kill threshold, so
-    one more task fits more often), else under the low mark (a killed attempt's memory,
-    a lower bound of what its retry needs).
+    Fits: under the high mark when `room` is a complete learned peak (the most its
+    function's tasks held here, one of them to its end: a sound estimate, and the high
+    mark is still below the kill threshold, so one more task fits more often), else under
+    the low mark (a killed attempt's memory or an incomplete peak: lower bounds).
 
     Check and reserve happen under one lock, so tasks starting together do not take the
     same room. `strict` (a retry after a raydbg kill): only room, or `max_hold_s`, lets it
@@ -208,6 +208,10 @@ def _peak(function_id: str) -> int:
     return _peaks.get(function_id) if _peaks is not None else 0
 
 
+def _peak_complete(function_id: str) -> bool:
+    return _peaks is not None and _peaks.is_complete(function_id)
+
+
 _reserving = False  # this worker's running attempt holds a reservation (local.py)
 
 
@@ -281,7 +285,7 @@ def before_task(name: str = "", function_id: str = "") -> None:
         if killed is not None:
             peak = _peak(function_id)
             room = max(int(killed.get("memory", 0)), peak)
-            learned = peak >= room
+            learned = peak >= room and _peak_complete(function_id)
             # One line in the task's log naming the event that explains the last kill.
             print(
                 f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
@@ -308,6 +312,7 @@ def before_task(name: str = "", function_id: str = "") -> None:
                     max(0.0, max_hold - waited),
                     lambda: note(True),
                     function_id=function_id,
+                    learned=_peak_complete(function_id),
                 )
                 why = f"until the {peak >> 20} MiB its function's tasks reach on this node fit"
             elif not pressure:

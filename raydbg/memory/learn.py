@@ -10,9 +10,12 @@ The monitor (monitor.py) observes, whenever it scans processes (near the thresho
 in decision rounds): each busy worker's anonymous memory, counted toward the function
 its local record names (local.py). The learned peak of a function is the most any of its
 tasks held on this node: for a killed attempt a lower bound, which is still the best
-guess. Only functions whose tasks reach `min_fraction` of the node limit are published
-(`<run dir>/peaks-<node_id>`, JSON {function id: bytes}): small tasks never pay for the
-admission path.
+guess. A peak is *complete* once a task of the function was seen to end on its own (its
+worker, still alive, moved on to something else): only then is it the function's true
+need rather than how far its tasks had got. Only functions whose tasks reach
+`min_fraction` of the node limit are published (`<run dir>/peaks-<node_id>`, JSON
+{"peaks": {function id: bytes}, "complete": [function id, ...]}): small tasks never pay
+for the admission path.
 """
 
 from __future__ import annotations
@@ -38,13 +41,17 @@ class PeakLearner:
         self.min_fraction = min_fraction
         self.every_s = every_s
         self.peaks: dict[str, int] = {}  # function id -> most memory seen
-        self._published: dict[str, int] = {}
+        self.complete: set[str] = set()  # functions a task of which was seen to end
+        self._running: dict[int, tuple[str, str]] = {}  # pid -> (task id, function id)
+        self._published: dict[str, Any] = {}
         self._last_publish = -1e9
 
     def observe(
         self, memory: dict[int, int], recs: dict[int, dict[str, Any]], titles: dict[int, str]
     ) -> None:
-        """`memory`: pid -> bytes; `recs`: local records; `titles`: pid -> ray::<title>."""
+        """`memory`: pid -> bytes of the node's processes; `recs`: local records;
+        `titles`: pid -> ray::<title>."""
+        running: dict[int, tuple[str, str]] = {}
         for pid, r in recs.items():
             fn = r.get("fn")
             title = titles.get(pid)
@@ -54,15 +61,22 @@ class PeakLearner:
                 continue
             if not local.matches_title(str(r.get("name", "")), title):
                 continue
+            running[pid] = (str(r.get("task_id")), fn)
             if memory[pid] > self.peaks.get(fn, 0):
                 self.peaks[fn] = memory[pid]
+        for pid, (task_id, fn) in self._running.items():
+            # Ended on its own: the worker lives on without that task (a killed one is gone).
+            if pid in memory and running.get(pid, ("", ""))[0] != task_id:
+                self.complete.add(fn)
+        self._running = running
 
     def publish(self, limit: int, now: float | None = None) -> bool:
         """Write the big functions' peaks when they changed (at most every `every_s`)."""
         now = time.monotonic() if now is None else now
         if self.path is None or now - self._last_publish < self.every_s:
             return False
-        big = {fn: b for fn, b in self.peaks.items() if b >= self.min_fraction * limit}
+        peaks = {fn: b for fn, b in self.peaks.items() if b >= self.min_fraction * limit}
+        big = {"peaks": peaks, "complete": sorted(self.complete & set(peaks))}
         if big == self._published:
             return False
         self._last_publish = now
@@ -84,6 +98,7 @@ class PeakTable:
         self.path = path
         self.every_s = every_s
         self.peaks: dict[str, int] = {}
+        self.complete: set[str] = set()
         self._checked = -1e9
         self._mtime = 0.0
 
@@ -98,6 +113,11 @@ class PeakTable:
             self._reload()
         return self.peaks.get(function_id, 0)
 
+    def is_complete(self, function_id: str) -> bool:
+        """Was a task of it seen to end on its own (its peak is its need, not a lower
+        bound)? As of the last get()."""
+        return function_id in self.complete
+
     def _reload(self) -> None:
         try:
             mtime = os.stat(self.path).st_mtime  # type: ignore[arg-type]
@@ -108,7 +128,8 @@ class PeakTable:
             return
         try:
             got = json.loads(Path(self.path).read_text())  # type: ignore[arg-type]
-            self.peaks = {str(k): int(v) for k, v in got.items()}
+            self.peaks = {str(k): int(v) for k, v in got["peaks"].items()}
+            self.complete = {str(f) for f in got.get("complete", ())}
             self._mtime = mtime
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, KeyError, TypeError):
             pass
