@@ -126,8 +126,8 @@ def admit(
 
 def siblings(function_id: str) -> int:
     """Other workers of this machine running a task of `function_id` now (not held at its
-    start): their memory comes back when they return. Records + process titles, ~50 us a
-    worker; only on the admission path of big functions."""
+    start): their memory comes back when they return. Two small reads per worker (record,
+    title); only on the admission path of big functions."""
     if not function_id:
         return 0
     from raydbg.memory.whois import ray_title
