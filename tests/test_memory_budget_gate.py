@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from raydbg.memory import budget, gate, service
+from raydbg.memory import admission, budget, gate, service
 from raydbg.memory.policy import Candidate
 
 GiB = 1 << 30
@@ -204,15 +204,15 @@ def test_wait_until_backs_off_and_gives_up() -> None:
         sleeps.append(d)
         t[0] += d
 
-    waited = gate.wait_until(lambda: False, 5.0, sleep=sleep, clock=lambda: t[0])
+    waited = admission.wait_until(lambda: False, 5.0, sleep=sleep, clock=lambda: t[0])
     assert sleeps[:5] == [0.05, 0.1, 0.2, 0.4, 0.5] and max(sleeps) == 0.5
     assert 5.0 <= waited < 5.6
-    assert gate.wait_until(lambda: True, 5.0, sleep=sleep, clock=lambda: t[0]) == 0.0
+    assert admission.wait_until(lambda: True, 5.0, sleep=sleep, clock=lambda: t[0]) == 0.0
 
 
 def test_fits() -> None:
-    assert gate.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
-    assert not gate.fits(0.85, 2 * GiB, lambda: (2 * GiB, 4 * GiB))
+    assert admission.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
+    assert not admission.fits(0.85, 2 * GiB, lambda: (2 * GiB, 4 * GiB))
 
 
 def test_before_task_holds_a_retry_after_a_raydbg_kill(
@@ -223,7 +223,7 @@ def test_before_task_holds_a_retry_after_a_raydbg_kill(
     budget.mark_killed(TID, 1, "ev42", memory=GiB)
     monkeypatch.setattr(gate, "_current", lambda: (TID, 1))
     used = [int(3.2 * GiB)]
-    monkeypatch.setattr(gate, "node_memory", lambda: (used[0], 4 * GiB))
+    monkeypatch.setattr(admission, "node_memory", lambda: (used[0], 4 * GiB))
     held: list[bool] = []
 
     def sleep(d: float) -> None:
@@ -231,7 +231,7 @@ def test_before_task_holds_a_retry_after_a_raydbg_kill(
         held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
         used[0] = 2 * GiB  # 2 + 1 fits
 
-    monkeypatch.setattr(gate, "_sleep", sleep)
+    monkeypatch.setattr(admission, "_sleep", sleep)
     gate.before_task("grow")
     assert held == [True] and "event ev42" in capsys.readouterr().err
     rec = local.read_running([os.getpid()])[os.getpid()]
@@ -244,7 +244,7 @@ def test_before_task_holds_a_retry_after_a_raydbg_kill(
     )
     # Admitted: the room stays reserved until the task returns.
     assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
-    gate._release()
+    admission.release()
     assert not (run_dir / f"reserve-{os.getpid()}").exists()
 
 
@@ -263,7 +263,7 @@ def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
 
     monkeypatch.setattr(gate, "_peaks", _peaks(run_dir, {"f00d": GiB}))
     monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    monkeypatch.setattr(admission, "node_memory", lambda: (2 * GiB, 4 * GiB))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         # Another admitted task of the function has ~1 GiB still to grow into: 2 GiB used
@@ -276,14 +276,14 @@ def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
             other.kill()  # it returned: its reservation is gone with it
             other.wait()
 
-        monkeypatch.setattr(gate, "_sleep", sleep)
+        monkeypatch.setattr(admission, "_sleep", sleep)
         gate.before_task("grow", "f00d")
         assert held == [True]
         assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
         assert not local.read_running([os.getpid()])[os.getpid()]["held"]
-        gate._release()
+        admission.release()
         # A function not learned to be big takes the cheap path: no reservation.
-        monkeypatch.setattr(gate, "_sleep", lambda d: pytest.fail("held"))
+        monkeypatch.setattr(admission, "_sleep", lambda d: pytest.fail("held"))
         gate.before_task("small", "beef")
         assert not (run_dir / f"reserve-{os.getpid()}").exists()
     finally:
@@ -302,7 +302,7 @@ def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_l
     monkeypatch.setattr(gate, "_flag", flag)
     monkeypatch.setattr(gate, "_peaks", table)
     monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    monkeypatch.setattr(admission, "node_memory", lambda: (2 * GiB, 4 * GiB))
     held: list[bool] = []
 
     def wait(ok: Any, hold_s: float) -> float:
@@ -315,14 +315,14 @@ def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_l
         assert ok()
         return 1.5
 
-    monkeypatch.setattr(gate, "wait_until", wait)
+    monkeypatch.setattr(admission, "wait_until", wait)
     gate.before_task("grow", "f00d")
     assert held == [True]
     # Looked up after the hold: admitted with the peak the hold taught, and reserved.
     assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
     assert not local.read_running([os.getpid()])[os.getpid()]["held"]
     assert "held 1.5s" in capsys.readouterr().err
-    gate._release()
+    admission.release()
 
 
 def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
@@ -336,20 +336,20 @@ def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
         local.write_running("t", 0, "grow", "j", run_dir, function_id="f00d")
         os.replace(run_dir / str(os.getpid()), run_dir / str(other.pid))
         for _ in range(100):  # until bash has exec'd
-            if gate.siblings("f00d"):
+            if admission.siblings("f00d"):
                 break
             time.sleep(0.02)
-        assert gate.siblings("f00d") == 1 and gate.siblings("beef") == 0
+        assert admission.siblings("f00d") == 1 and admission.siblings("beef") == 0
         sleeps: list[float] = []
-        monkeypatch.setattr(gate, "_sleep", sleeps.append)
+        monkeypatch.setattr(admission, "_sleep", sleeps.append)
         read = lambda: (int(3.0 * GiB), 4 * GiB)  # noqa: E731  below the high mark (3.5)
-        gate.admit(GiB, False, 0.2, read=read, function_id="f00d")
+        admission.admit(GiB, False, 0.2, read=read, function_id="f00d")
         assert sleeps  # not alone: waited for the sibling
-        gate._release()
+        admission.release()
         sleeps.clear()
-        gate.admit(GiB, False, 0.2, read=read, function_id="beef")
+        admission.admit(GiB, False, 0.2, read=read, function_id="beef")
         assert not sleeps  # nothing of its kind runs: waiting would free nothing
-        gate._release()
+        admission.release()
     finally:
         other.kill()
         other.wait()
@@ -359,16 +359,16 @@ def test_a_learned_peak_fits_under_the_high_mark_a_killed_attempts_memory_under_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr(gate, "_sleep", sleeps.append)
+    monkeypatch.setattr(admission, "_sleep", sleeps.append)
     # 24.5 + 10 GiB (less this process's own ~0.1 GiB) of 40: ~86%, between the low (85%)
     # and the high mark (87.5%).
     read = lambda: (int(24.5 * GiB), 40 * GiB)  # noqa: E731
-    gate.admit(10 * GiB, True, 60, read=read, learned=True)
+    admission.admit(10 * GiB, True, 60, read=read, learned=True)
     assert sleeps == []
-    gate._release()
-    gate.admit(10 * GiB, True, 0.2, read=read, learned=False)
+    admission.release()
+    admission.admit(10 * GiB, True, 0.2, read=read, learned=False)
     assert sleeps
-    gate._release()
+    admission.release()
 
 
 def test_only_a_complete_learned_peak_is_admitted_under_the_high_mark(
@@ -383,7 +383,7 @@ def test_only_a_complete_learned_peak_is_admitted_under_the_high_mark(
     monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
     seen: dict[str, bool] = {}
     monkeypatch.setattr(
-        gate,
+        admission,
         "admit",
         lambda room, strict, hold, on_hold, **kw: (
             seen.update({kw["function_id"]: kw["learned"]}) or 0.0
@@ -399,25 +399,25 @@ def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
 ) -> None:
     # No other admitted task: nothing to wait for below the high mark (87.5%).
     sleeps: list[float] = []
-    monkeypatch.setattr(gate, "_sleep", sleeps.append)
-    assert gate.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) < 0.05
+    monkeypatch.setattr(admission, "_sleep", sleeps.append)
+    assert admission.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) < 0.05
     assert sleeps == []
-    gate._release()
+    admission.release()
     # A retry after a kill (strict) waits for its room, up to the longest hold.
-    gate.admit(3 * GiB, True, 0.3, read=lambda: (int(3.4 * GiB), 4 * GiB))
+    admission.admit(3 * GiB, True, 0.3, read=lambda: (int(3.4 * GiB), 4 * GiB))
     assert len(sleeps) >= 1
-    gate._release()
+    admission.release()
     # Above the high mark a big function's task waits too.
     sleeps.clear()
-    gate.admit(3 * GiB, False, 0.3, read=lambda: (int(3.6 * GiB), 4 * GiB))
+    admission.admit(3 * GiB, False, 0.3, read=lambda: (int(3.6 * GiB), 4 * GiB))
     assert len(sleeps) >= 1
-    gate._release()
+    admission.release()
 
 
 def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(gate, "node_memory", lambda: (GiB, 4 * GiB))
-    monkeypatch.setattr(gate, "wait_until", lambda *a, **k: pytest.fail("held"))
+    monkeypatch.setattr(admission, "node_memory", lambda: (GiB, 4 * GiB))
+    monkeypatch.setattr(admission, "wait_until", lambda *a, **k: pytest.fail("held"))
     gate.before_task()
     monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "off")
     monkeypatch.setattr(gate, "_current", lambda: pytest.fail("gate ran while off"))
@@ -432,16 +432,18 @@ def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
     flag = local.flag_path("n1", tmp_path)
     monkeypatch.setattr(gate, "_flag", flag)
     monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(gate, "node_memory", lambda: pytest.fail("memory read without the flag"))
+    monkeypatch.setattr(
+        admission, "node_memory", lambda: pytest.fail("memory read without the flag")
+    )
     gate.before_task("grow", "f00d")
     rec = local.read_running([os.getpid()])[os.getpid()]
     assert (rec["fn"], rec["held"]) == ("f00d", False)
     local.set_flag(flag, True, "x")  # the monitor: above the high mark
-    monkeypatch.setattr(gate, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
-    monkeypatch.setattr(gate, "wait_until", lambda ok, hold: 0.2)
+    monkeypatch.setattr(admission, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
+    monkeypatch.setattr(admission, "wait_until", lambda ok, hold: 0.2)
     gate.before_task("grow", "f00d")
     os.utime(flag, (1, 1))  # a flag left by a monitor that died: ignored
-    monkeypatch.setattr(gate, "node_memory", lambda: pytest.fail("stale flag trusted"))
+    monkeypatch.setattr(admission, "node_memory", lambda: pytest.fail("stale flag trusted"))
     gate.before_task("grow", "f00d")
 
 
@@ -567,8 +569,8 @@ def test_reservations_count_what_admitted_retries_have_not_allocated_yet(
         assert GiB - 64 * 1024 * 1024 < got < GiB  # minus the sleeper's own anon memory
         assert not (run_dir / "reserve-999999999").exists()
         # The gate counts it: 2 GiB used + 1 GiB room + ~1 GiB reserved > 85% of 4 GiB.
-        assert gate.fits(0.85, GiB, lambda: (GiB, 4 * GiB))
-        assert not gate.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
+        assert admission.fits(0.85, GiB, lambda: (GiB, 4 * GiB))
+        assert not admission.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
         local.release()
         assert not (run_dir / f"reserve-{os.getpid()}").exists()
     finally:

@@ -4,17 +4,16 @@ Why: a kill from outside Ray spends the task's `max_retries`, and Ray starts the
 attempt at once; without a pause the monitor kills the same growing task again and
 again until it fails for good. So, at the start of each normal task:
   * an attempt that follows a raydbg kill (KV `killed/...`, written by the monitor)
-    waits until the memory its killed attempt held fits under the low mark
-    (threshold - margin) again: it would otherwise grow back and be killed again;
+    waits until the memory its killed attempt held (or its function's learned peak, if
+    larger) fits again: it would otherwise grow back and be killed again;
   * a task of a function whose tasks were seen to grow big on this node (learn.py)
     waits until that peak fits: the second wave of such tasks needs no kill;
   * any other attempt waits while the node is above the high mark (threshold - margin/2)
     or, says the monitor, its growth will take it there within RAYDBG_MEMORY_HOLD_HORIZON_S
     (2 s): a task started now would be among the newest at the crossing, the first victims;
-all with backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s). An admitted task
-that was held for its peak reserves it until it returns (local.py), so tasks starting
-together do not count the same free room twice. While held, the task's local record
-says so and the monitor leaves it alone.
+all with backoff, never longer than RAYDBG_MEMORY_MAX_HOLD_S (60 s). When a held task
+has room, and what it reserves until it returns, is admission.py's decision. While
+held, the task's local record says so and the monitor leaves it alone.
 
 Cost: this runs before every task, so the common case is one `stat` of the node's
 pressure flag (the monitor keeps it while the node is above the high mark), one dict
@@ -33,135 +32,17 @@ import inspect
 import logging
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raydbg.memory import local
+from raydbg.memory import admission, local
 from raydbg.memory.learn import PeakTable, peaks_path
-from raydbg.memory.measure import NodeMeasurer
 
 log = logging.getLogger("raydbg.memory")
 _MARK = "__raydbg_gate__"
-_measurer: NodeMeasurer | None = None
 _flag: str | Path | None = None  # this node's pressure flag; None: unknown node, always measure
 _peaks: PeakTable | None = None  # what big functions' tasks reach on this node (learn.py)
-_sleep = time.sleep  # admit()'s pause between checks (tests replace it)
-
-
-def _f(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
-
-
-def marks() -> tuple[float, float]:
-    """(low, high) fractions of the node limit."""
-    thr = _f("RAYDBG_MEMORY_THRESHOLD", 0.9)
-    margin = _f("RAYDBG_MEMORY_MARGIN", 0.05)
-    return thr - margin, thr - margin / 2
-
-
-def node_memory() -> tuple[int, int]:
-    """(used, limit) of this worker's node, as the monitor measures it."""
-    global _measurer
-    if _measurer is None:
-        _measurer = NodeMeasurer(psi=False)
-    n = _measurer.read()
-    return n.used, n.limit
-
-
-def fits(low: float, extra: int, read: Callable[[], tuple[int, int]] | None = None) -> bool:
-    """Does `extra` fit under `low`, counting what admitted tasks reserved (local.py)?"""
-    used, limit = (read or node_memory)()
-    return used + extra + local.reserved() < low * limit
-
-
-def admit(
-    room: int,
-    strict: bool,
-    max_hold_s: float,
-    on_hold: Callable[[], None] = lambda: None,
-    read: Callable[[], tuple[int, int]] | None = None,
-    function_id: str = "",
-    learned: bool = True,
-) -> float:
-    """Hold until this task's expected peak (`room`, its whole process) fits, then reserve
-    it until the task returns; seconds waited.
-
-    Fits: under the high mark when `room` is a complete learned peak (the most its
-    function's tasks held here, one of them to its end: a sound estimate, and the high
-    mark is still below the kill threshold, so one more task fits more often), else under
-    the low mark (a killed attempt's memory or an incomplete peak: lower bounds).
-
-    Check and reserve happen under one lock, so tasks starting together do not take the
-    same room. `strict` (a retry after a raydbg kill): only room, or `max_hold_s`, lets it
-    go. Otherwise (a function learned to be big) it also goes when no other admitted task
-    holds a reservation, no other task of `function_id` runs here (one that will end and
-    free its memory) and the node is below the high mark: waiting would then free nothing."""
-    low, high = marks()
-    start = time.monotonic()
-    delay = 0.02
-    held = False
-    while True:
-        with local.admission_lock():
-            used, limit = (read or node_memory)()
-            have = local.anon(os.getpid()) or 0
-            pending = local.reservations()
-            room_now = (
-                used + max(0, room - have) + sum(pending) < (high if learned else low) * limit
-            )
-            alone = not strict and not pending and used < high * limit and not siblings(function_id)
-            if room_now or alone or time.monotonic() - start >= max_hold_s:
-                _reserve(room)
-                return time.monotonic() - start
-        if not held:
-            held = True
-            on_hold()
-        _sleep(delay)
-        delay = min(0.25, delay * 2)
-
-
-def siblings(function_id: str) -> int:
-    """Other workers of this machine running a task of `function_id` now (not held at its
-    start): their memory comes back when they return. Two small reads per worker (record,
-    title); only on the admission path of big functions."""
-    if not function_id:
-        return 0
-    from raydbg.memory.whois import ray_title
-
-    d = local.run_dir()
-    try:
-        pids = [int(n) for n in os.listdir(d) if n.isdigit() and int(n) != os.getpid()]
-    except OSError:
-        return 0
-    n = 0
-    for pid, r in local.read_running(pids, d).items():
-        if r.get("fn") != function_id or r.get("held"):
-            continue
-        if local.matches_title(str(r.get("name", "")), ray_title(pid)):
-            n += 1
-    return n
-
-
-def wait_until(
-    ok: Callable[[], bool],
-    max_hold_s: float,
-    sleep: Callable[[float], None] = time.sleep,
-    clock: Callable[[], float] = time.monotonic,
-) -> float:
-    """Sleep with backoff (0.05 s doubling to 0.5 s) until `ok()`; seconds waited.
-
-    The check is three small file reads, so the cap is low: a held task starts soon
-    after its memory fits."""
-    start = clock()
-    delay = 0.05
-    while not ok() and clock() - start < max_hold_s:
-        sleep(delay)
-        delay = min(0.5, delay * 2)
-    return clock() - start
 
 
 def _current() -> tuple[str | None, int]:
@@ -212,23 +93,6 @@ def _peak_complete(function_id: str) -> bool:
     return _peaks is not None and _peaks.is_complete(function_id)
 
 
-_reserving = False  # this worker's running attempt holds a reservation (local.py)
-
-
-def _reserve(room: int) -> None:
-    """Admitted after a kill: keep `room` counted for other held retries until it returns."""
-    global _reserving
-    local.reserve(room)
-    _reserving = True
-
-
-def _release() -> None:
-    global _reserving
-    if _reserving:
-        _reserving = False
-        local.release()
-
-
 def under_pressure() -> str:
     """Why fresh task starts wait now: "memory" (the node is above the high mark),
     "trend" (the monitor sees it heading there), or "". One stat when the flag is down."""
@@ -237,7 +101,7 @@ def under_pressure() -> str:
             return ""
         if local.flag_reason(_flag) == "trend":
             return "trend"
-    return "" if fits(marks()[1], 0) else "memory"
+    return "" if admission.fits(admission.marks()[1], 0) else "memory"
 
 
 def hold(pressure: str, max_hold_s: float) -> float:
@@ -245,9 +109,9 @@ def hold(pressure: str, max_hold_s: float) -> float:
     if pressure == "trend" and _flag is not None:
         # The monitor drops the flag once growth no longer heads past the high mark.
         flag = _flag
-        return wait_until(lambda: not local.flag_up(flag), max_hold_s)
-    low = marks()[0]
-    return wait_until(lambda: fits(low, 0), max_hold_s)
+        return admission.wait_until(lambda: not local.flag_up(flag), max_hold_s)
+    low = admission.marks()[0]
+    return admission.wait_until(lambda: admission.fits(low, 0), max_hold_s)
 
 
 def before_task(name: str = "", function_id: str = "") -> None:
@@ -279,7 +143,7 @@ def before_task(name: str = "", function_id: str = "") -> None:
                 import json
 
                 killed = json.loads(next(iter(got.values())))
-        max_hold = _f("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
+        max_hold = admission.env_float("RAYDBG_MEMORY_MAX_HOLD_S", 60.0)
         waited = 0.0
         why = "for memory"
         if killed is not None:
@@ -290,11 +154,11 @@ def before_task(name: str = "", function_id: str = "") -> None:
             print(
                 f"raydbg: attempt {attempt} of this task follows a raydbg memory-monitor kill "
                 f"(event {killed.get('event')}); waiting until {room >> 20} MiB fit under "
-                f"{marks()[1 if learned else 0]:.0%} of node memory",
+                f"{admission.marks()[1 if learned else 0]:.0%} of node memory",
                 file=sys.stderr,
                 flush=True,
             )
-            waited = admit(room, True, max_hold, lambda: note(True), learned=learned)
+            waited = admission.admit(room, True, max_hold, lambda: note(True), learned=learned)
         else:
             pressure = under_pressure()
             if pressure:
@@ -306,7 +170,7 @@ def before_task(name: str = "", function_id: str = "") -> None:
             peak = _peak(function_id)
             if peak:
                 # Its function's tasks were seen to reach `peak` on this node (learn.py).
-                waited += admit(
+                waited += admission.admit(
                     peak,
                     False,
                     max(0.0, max_hold - waited),
@@ -336,7 +200,7 @@ def _gated(fn: Callable[..., Any], name: str, function_id: str = "") -> Callable
             try:
                 yield from fn(*args, **kwargs)
             finally:
-                _release()
+                admission.release()
 
         setattr(run_gen, _MARK, True)
         return run_gen
@@ -347,7 +211,7 @@ def _gated(fn: Callable[..., Any], name: str, function_id: str = "") -> Callable
         try:
             return fn(*args, **kwargs)
         finally:
-            _release()
+            admission.release()
 
     setattr(run, _MARK, True)
     return run
