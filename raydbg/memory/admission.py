@@ -20,6 +20,7 @@ _sleep = time.sleep  # admit()'s pause between checks (tests replace it)
 
 
 def env_float(name: str, default: float) -> float:
+    """A float setting from the environment; a missing or bad value gives `default`."""
     try:
         return float(os.environ.get(name, "") or default)
     except ValueError:
@@ -137,7 +138,7 @@ _reserving = False  # this worker's running attempt holds a reservation (local.p
 
 
 def _reserve(room: int) -> None:
-    """Admitted after a kill: keep `room` counted for other held retries until it returns."""
+    """Admitted: keep `room` counted for other held tasks until this one returns."""
     global _reserving
     local.reserve(room)
     _reserving = True

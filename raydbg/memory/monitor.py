@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from raydbg.memory import local
+from raydbg.memory.admission import env_float
 from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
 from raydbg.memory.metrics import Metrics
@@ -29,13 +30,6 @@ from raydbg.memory.whois import titles
 log = logging.getLogger("raydbg.memory")
 
 GiB = 1 << 30
-
-
-def _env_float(name: str, default: float) -> float:
-    try:
-        return float(os.environ.get(name, "") or default)
-    except ValueError:
-        return default
 
 
 @dataclass(frozen=True)
@@ -57,18 +51,18 @@ class MonitorConfig:
         raw = os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower()
         mode = {"0": "off", "off": "off", "false": "off", "dry-run": "dry-run", "dryrun": "dry-run"}
         policy = PolicyConfig(
-            threshold=_env_float("RAYDBG_MEMORY_THRESHOLD", 0.9),
-            min_free=int(_env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
-            margin=_env_float("RAYDBG_MEMORY_MARGIN", 0.05),
-            horizon_s=_env_float("RAYDBG_MEMORY_HORIZON_S", 0.5),
-            project_s=_env_float("RAYDBG_MEMORY_PROJECT_S", 0.25),
+            threshold=env_float("RAYDBG_MEMORY_THRESHOLD", 0.9),
+            min_free=int(env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
+            margin=env_float("RAYDBG_MEMORY_MARGIN", 0.05),
+            horizon_s=env_float("RAYDBG_MEMORY_HORIZON_S", 0.5),
+            project_s=env_float("RAYDBG_MEMORY_PROJECT_S", 0.25),
         )
         return cls(
             mode=mode.get(raw, "on"),
             policy=policy,
-            refresh_s=_env_float("RAYDBG_MEMORY_REFRESH_S", 0.25),
-            fast_refresh_s=_env_float("RAYDBG_MEMORY_FAST_REFRESH_S", 0.05),
-            hold_horizon_s=_env_float("RAYDBG_MEMORY_HOLD_HORIZON_S", 2.0),
+            refresh_s=env_float("RAYDBG_MEMORY_REFRESH_S", 0.25),
+            fast_refresh_s=env_float("RAYDBG_MEMORY_FAST_REFRESH_S", 0.05),
+            hold_horizon_s=env_float("RAYDBG_MEMORY_HOLD_HORIZON_S", 2.0),
         )
 
 
