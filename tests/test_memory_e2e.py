@@ -71,6 +71,7 @@ def test_later_waves_of_a_big_function_are_held_at_start_not_killed() -> None:
     # Without holding, every wave of four would cost kills (room for two). At 700 MiB/s
     # a second-wave pair admitted into room it fits can still meet a trend kill (the
     # trend projection does not know where tasks stop), so up to 5, not 3: 3 failed
-    # about half the runs on a quiet machine, before this session's changes too.
-    assert 1 <= r["raydbg_kills"] <= 5, [e["message"] for e in r["events"]]
+    # about half the runs on a quiet machine, before this session's changes too. And 0
+    # when the trend hold keeps the first wave's second pair at its start (seen in CI).
+    assert r["raydbg_kills"] <= 5, [e["message"] for e in r["events"]]
     assert any("its function's tasks reach on this node fit" in ln for ln in r["raydbg_lines"])
