@@ -59,7 +59,8 @@ def test_later_waves_of_a_big_function_are_held_at_start_not_killed() -> None:
     if why:
         pytest.skip(why)
     # Four CPUs, but only two 700 MiB tasks fit beside Ray and the actor: the first wave
-    # costs kills; from then on the node knows what `grow` needs and holds its starts.
+    # usually costs kills; from then on the node knows what `grow` needs and holds its
+    # starts.
     sc = memory_workload.Scenario(
         limit_mb=3400, tasks=10, peak_mb=700, rate_mb_s=700, hold_s=0.5, stagger_s=0.2,
         actor_mb=300, num_cpus=4,
