@@ -6,30 +6,24 @@ import asyncio
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster import RAYDBG, REPO, Cluster
 
-REPO = Path(__file__).resolve().parents[2]
-RAYDBG = [sys.executable, "-m", "raydbg"]
+__all__ = ["RAYDBG", "REPO", "Cluster"]
 
 
 def start_cluster(num_cpus: int = 4, **env: str) -> str:
-    """ray.init with raydbg active (RAY_DEBUG=1 in the driver's environment); returns GCS address."""
-    import ray
+    """ray.init with raydbg active (RAY_DEBUG=1 in the driver's environment); returns GCS address.
 
-    import raydbg
-
-    os.environ["RAY_DEBUG"] = "1"
-    os.environ.update(env)
-    ray.init(num_cpus=num_cpus, include_dashboard=False, runtime_env=raydbg.runtime_env(),
-             logging_level="WARNING")
-    return str(ray.get_runtime_context().gcs_address)
+    The caller ends it with ray.shutdown(); the `ray_cluster` fixture and tests/cluster.py's
+    Cluster also restore the environment and stop any extra raylets.
+    """
+    return Cluster(num_cpus=num_cpus, env=dict(env)).start()
 
 
 def cli_env(gcs_address: str) -> dict[str, str]:
@@ -130,10 +124,5 @@ async def attach_and_inspect(port: int, variable: str, expression: str | None = 
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
-    import ray
-
-    address = start_cluster(RAY_DEBUG_POST_MORTEM="1", RAYDBG_WAIT_TIMEOUT="120")
-    yield address
-    ray.shutdown()
-    for name in ("RAY_DEBUG", "RAY_DEBUG_POST_MORTEM", "RAYDBG_WAIT_TIMEOUT"):
-        os.environ.pop(name, None)
+    with Cluster(env={"RAY_DEBUG_POST_MORTEM": "1", "RAYDBG_WAIT_TIMEOUT": "120"}) as cluster:
+        yield cluster.address
