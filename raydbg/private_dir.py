@@ -16,8 +16,11 @@ NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class UnsafeDirError(RuntimeError):
-    """A shared directory raydbg would write to is not private to this user."""
+class UnsafeDirError(RuntimeError, OSError):
+    """A shared directory raydbg would write to is not private to this user.
+
+    Also an OSError: code that already treats a failed write as "not written" (an
+    exporter, the start gate) refuses an unsafe directory the same way."""
 
 
 def check_private(path: Path) -> Path:

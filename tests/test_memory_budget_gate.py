@@ -55,6 +55,7 @@ class FakeGcs:
 @pytest.fixture(autouse=True)
 def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)  # private, as raydbg requires of a run dir
     return tmp_path / "run"
 
 

@@ -15,6 +15,7 @@ from raydbg.memory.learn import PeakLearner, PeakTable, peaks_path
 @pytest.fixture(autouse=True)
 def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
+    (tmp_path / "run").mkdir(mode=0o700)  # private, as raydbg requires of a run dir
     return tmp_path / "run"
 
 

@@ -221,7 +221,7 @@ def test_proc_fast_detailed_and_fallback(tmp_path: Path) -> None:
     _proc(proc, 5, 300, rollup, status)
     _proc(proc, 6, 600, None, None)
     roots = Roots(proc=proc)
-    known: dict[int, tuple[str, int, float]] = {}
+    known: dict[int, tuple[str, int, float, int]] = {}
     got = scan([5, 6, 7], roots, known=known)
     assert set(got) == {5, 6} and set(known) == {5, 6}  # 7 does not exist
     a, b = got[5], got[6]

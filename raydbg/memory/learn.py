@@ -81,9 +81,9 @@ class PeakLearner:
             return False
         self._last_publish = now
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            local.ensure_run_dir(self.path.parent)
             tmp = self.path.with_name(self.path.name + f".{os.getpid()}")
-            tmp.write_text(json.dumps(big))
+            local.write_file(tmp, json.dumps(big))
             os.replace(tmp, self.path)  # readers never see half a file
         except OSError:
             return False

@@ -25,11 +25,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from raydbg.private_dir import check_private, open_private, private_dir
+
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
 FLAG_FRESH_S = 2.0  # an older flag is a monitor that died with it set: ignored
 
 
 _run_dirs: dict[str | None, Path] = {}
+_checked: set[Path] = set()
+
+
+def _shared_root() -> Path:
+    shm = Path("/dev/shm")
+    return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path("/tmp")
 
 
 def run_dir() -> Path:
@@ -37,14 +45,33 @@ def run_dir() -> Path:
     base = os.environ.get("RAYDBG_RUN_DIR")
     found = _run_dirs.get(base)
     if found is None:
-        if base:
-            found = Path(base)
-        else:
-            shm = Path("/dev/shm")
-            root = shm if shm.is_dir() and os.access(shm, os.W_OK) else Path("/tmp")
-            found = root / f"raydbg-{os.getuid()}" / "tasks"
+        found = Path(base) if base else _shared_root() / f"raydbg-{os.getuid()}" / "tasks"
         found = _run_dirs[base] = found
     return found
+
+
+def ensure_run_dir(directory: Path | None = None) -> Path:
+    """The run dir, created 0700 and checked (ours, closed to others) once per process.
+
+    Raises UnsafeDirError (an OSError) otherwise: another user who made it first could
+    read what runs here or plant records and flags that steer the monitor and the gate.
+    """
+    d = directory or run_dir()
+    if d not in _checked:
+        root = _shared_root()
+        if d == root / f"raydbg-{os.getuid()}" / "tasks":
+            private_dir(root, "tasks")
+        else:
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            check_private(d)
+        _checked.add(d)
+    return d
+
+
+def write_file(path: Path, text: str) -> None:
+    fd = open_private(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
 
 
 class RunningRecord:
@@ -59,10 +86,9 @@ class RunningRecord:
         """`static`: the record's fields that do not change between this function's tasks,
         JSON-encoded once by the caller (this runs before every task)."""
         if self._fd is None or self._pid != os.getpid():
-            self.directory.mkdir(parents=True, exist_ok=True)
+            ensure_run_dir(self.directory)
             self._pid = os.getpid()
-            path = self.directory / str(self._pid)
-            self._fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+            self._fd = open_private(self.directory / str(self._pid), os.O_WRONLY | os.O_CREAT)
         data = (
             f'{{"task_id": "{task_id}", "attempt": {attempt}, "start": {time.time()}, '
             f'"held": {"true" if held else "false"}, {static}}}'
@@ -129,8 +155,8 @@ def set_flag(path: Path, on: bool, info: str = "") -> None:
     """The monitor's side: keep the flag fresh while `on`, remove it otherwise."""
     try:
         if on:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(info)
+            ensure_run_dir(path.parent)
+            write_file(path, info)
         else:
             path.unlink(missing_ok=True)
     except OSError:
@@ -157,9 +183,9 @@ def flag_reason(path: Path | str) -> str:
 def reserve(nbytes: int, directory: Path | None = None) -> None:
     """An admitted retry says how much it will need (`reserve-<pid>`), so that the next
     held retry does not take the same room before this one has grown into it."""
-    d = directory or run_dir()
     try:
-        (d / f"reserve-{os.getpid()}").write_text(str(int(nbytes)))
+        d = ensure_run_dir(directory)
+        write_file(d / f"reserve-{os.getpid()}", str(int(nbytes)))
     except OSError:
         pass
 
@@ -223,9 +249,8 @@ def admission_lock(directory: Path | None = None) -> Iterator[None]:
     must not both take the same free room (check, then reserve, under the lock)."""
     global _lock_fd
     if _lock_fd is None:
-        d = directory or run_dir()
-        d.mkdir(parents=True, exist_ok=True)
-        _lock_fd = os.open(d / "admit.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        d = ensure_run_dir(directory)
+        _lock_fd = open_private(d / "admit.lock", os.O_RDWR | os.O_CREAT)
     fcntl.flock(_lock_fd, fcntl.LOCK_EX)
     try:
         yield

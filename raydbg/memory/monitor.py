@@ -154,7 +154,7 @@ class MemoryMonitor:
         self.procs: dict[int, ProcMem] = {}
         self._last_scan = -1e9
         self._last_calm: float | None = None
-        self._known: dict[int, tuple[str, int, float]] = {}  # pid -> (comm, ppid, start)
+        self._known: dict[int, tuple[str, int, float, int]] = {}  # pid -> (comm, ppid, start..)
         self._dry_until = -1e9
         self.crossed_at: float | None = None
         self.last: NodeMemory | None = None

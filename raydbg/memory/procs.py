@@ -36,6 +36,7 @@ class ProcMem:
     source: str  # "smaps_rollup", "status" or "statm"
     start_time: float  # epoch seconds
     oom_score_adj: int | None
+    start_ticks: int = -1  # /proc/PID/stat field 22: with the pid, names the process for good
 
     @property
     def memory(self) -> int:
@@ -67,7 +68,7 @@ def parse_stat(text: str) -> tuple[str, int, int]:
     return comm, int(rest[1]), int(rest[19])
 
 
-def _identity(base: Path, btime: float) -> tuple[str, int, float] | None:
+def _identity(base: Path, btime: float) -> tuple[str, int, float, int] | None:
     stat = _read(base / "stat")
     if stat is None:
         return None
@@ -75,7 +76,7 @@ def _identity(base: Path, btime: float) -> tuple[str, int, float] | None:
         comm, ppid, ticks = parse_stat(stat)
     except (ValueError, IndexError):
         return None
-    return comm, ppid, btime + ticks / _HZ
+    return comm, ppid, btime + ticks / _HZ, ticks
 
 
 def read_proc(
@@ -83,11 +84,12 @@ def read_proc(
     roots: Roots | None = None,
     btime: float | None = None,
     detailed: bool = False,
-    known: dict[int, tuple[str, int, float]] | None = None,
+    known: dict[int, tuple[str, int, float, int]] | None = None,
 ) -> ProcMem | None:
     """One process, or None when it is gone or unreadable.
 
-    `known` caches (comm, ppid, start time) per pid across scans: they never change.
+    `known` caches (comm, ppid, start time, start ticks) per pid across scans: they never
+    change for one process (a pid reused meanwhile is caught at the kill, killer.py).
     """
     roots = roots or Roots()
     base = roots.proc / str(pid)
@@ -100,7 +102,7 @@ def read_proc(
             return None
         if known is not None:
             known[pid] = ident
-    comm, ppid, start = ident
+    comm, ppid, start, ticks = ident
     if detailed:
         adj_text = _read(base / "oom_score_adj")
         try:
@@ -116,26 +118,29 @@ def read_proc(
             )
             pss, swap = rollup.get("Pss"), rollup.get("Swap", 0)
             return ProcMem(
-                pid, ppid, comm, uss, rollup["Rss"], pss, swap, "smaps_rollup", start, adj
-            )
+                pid, ppid, comm, uss, rollup["Rss"], pss, swap, "smaps_rollup", start, adj,
+                ticks,
+            )  # fmt: skip
     status = parse_meminfo(_read(base / "status") or "")
     if "RssAnon" in status:
         rss = status.get("VmRSS", 0)
         swap = status.get("VmSwap", 0)
-        return ProcMem(pid, ppid, comm, status["RssAnon"], rss, None, swap, "status", start, None)
+        return ProcMem(
+            pid, ppid, comm, status["RssAnon"], rss, None, swap, "status", start, None, ticks
+        )
     statm = (_read(base / "statm") or "").split()
     if len(statm) < 3:
         return None  # gone, or a kernel thread
     rss = int(statm[1]) * _PAGE
     anon = max(0, int(statm[1]) - int(statm[2])) * _PAGE  # resident - file/shmem
-    return ProcMem(pid, ppid, comm, anon, rss, None, 0, "statm", start, None)
+    return ProcMem(pid, ppid, comm, anon, rss, None, 0, "statm", start, None, ticks)
 
 
 def scan(
     pids: list[int],
     roots: Roots | None = None,
     detailed: bool = False,
-    known: dict[int, tuple[str, int, float]] | None = None,
+    known: dict[int, tuple[str, int, float, int]] | None = None,
 ) -> dict[int, ProcMem]:
     """Many processes; the vanished are left out (and dropped from `known`)."""
     roots = roots or Roots()

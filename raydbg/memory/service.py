@@ -28,6 +28,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from raydbg import private_dir
+from raydbg.memory import local
+from raydbg.memory.killer import Killer
 from raydbg.memory.measure import NodeMeasurer
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
 from raydbg.memory.policy import Candidate
@@ -101,8 +104,12 @@ def build(
     cgroup_dir: str | None = None,
     protect: tuple[int, ...] = (),
     config: MonitorConfig | None = None,
+    raylet_pid: int = 0,
 ) -> MemoryMonitor:
-    """A monitor wired to GCS (no ray.init): registry events, budgets, task events, actors."""
+    """A monitor wired to GCS (no ray.init): registry events, budgets, task events, actors.
+
+    raylet_pid: kill only that raylet's children (0: no parent check, a hand-run monitor).
+    """
     from ray._private.internal_api import get_state_from_address
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
@@ -122,13 +129,19 @@ def build(
         gpu=GpuReader(),
     )
     rec = Recorder(registry, budget)
+    killer = Killer.for_raylet(raylet_pid) if raylet_pid else Killer(None)
 
     def kill(pid: int) -> None:
         ev = mon.event_ids.get(pid, "?")
-        worker_log_line(
-            pid, f"raydbg: killed by raydbg's memory monitor (event {ev}): `raydbg events`"
+        snap = mon.procs.get(pid)  # the process the decision was made on
+        # Checked at the moment of the kill: a pid reused since the snapshot is refused.
+        killer.kill(
+            pid,
+            snap.start_ticks if snap is not None else None,
+            before=lambda: worker_log_line(
+                pid, f"raydbg: killed by raydbg's memory monitor (event {ev}): `raydbg events`"
+            ),
         )
-        os.kill(pid, signal.SIGKILL)
 
     measurer = NodeMeasurer(cgroup_dir=Path(cgroup_dir) if cgroup_dir else None)
     mon = MemoryMonitor(
@@ -143,12 +156,21 @@ def build(
     return mon
 
 
-def take_lock(node_id: str, lock_dir: str = "/tmp/raydbg") -> Any:
-    """An exclusive flock per node, held for the process's life; None if another holds it."""
+def lock_dir() -> Path:
+    """`/tmp/raydbg-<uid>/memory`, 0700 and ours (UnsafeDirError otherwise)."""
+    return private_dir.private_dir(os.environ.get("RAYDBG_LOCK_BASE") or "/tmp", "memory")
+
+
+def take_lock(node_id: str, directory: str | None = None) -> Any:
+    """An exclusive flock per node, held for the process's life; None if another holds it.
+
+    Raises private_dir.UnsafeDirError when the directory is not private to us.
+    """
     import fcntl
 
-    os.makedirs(lock_dir, exist_ok=True)
-    f = open(os.path.join(lock_dir, f"memory-{node_id or 'local'}.lock"), "a+")
+    d = private_dir.check_private(Path(directory)) if directory else lock_dir()
+    fd = private_dir.open_private(d / f"memory-{node_id or 'local'}.lock", os.O_RDWR | os.O_CREAT)
+    f = os.fdopen(fd, "r+")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -158,6 +180,24 @@ def take_lock(node_id: str, lock_dir: str = "/tmp/raydbg") -> Any:
     f.write(str(os.getpid()))
     f.flush()
     return f
+
+
+def report_failure(node_id: str, reason: str) -> None:
+    """Memory protection is never off in silence: a status record and an event say why."""
+    from raydbg import registry
+
+    log.error("raydbg memory monitor cannot start: %s", reason)
+    try:
+        registry.put(
+            STATUS_KEY + node_id,
+            {"state": "failed", "error": reason, "pid": os.getpid(), "ts": time.time()},
+        )
+        registry.record_event(
+            "monitor.failed", f"memory monitor not running: {reason}", node_id=node_id,
+            reason=reason,
+        )  # fmt: skip
+    except Exception as e:
+        log.error("raydbg memory monitor: could not report the failure either: %s", e)
 
 
 def _alive(pid: int) -> bool:
@@ -176,7 +216,8 @@ def _status_loop(mon: MemoryMonitor, node_id: str, stop: threading.Event) -> Non
     while not stop.wait(1.0):
         try:
             registry.put(
-                STATUS_KEY + node_id, {**mon.status(), "pid": os.getpid(), "ts": time.time()}
+                STATUS_KEY + node_id,
+                {**mon.status(), "state": "running", "pid": os.getpid(), "ts": time.time()},
             )
         except Exception as e:
             log.debug("raydbg memory: status not published: %s", e)
@@ -189,10 +230,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cgroup-dir", default=None, help="measure this cgroup instead of our own")
     p.add_argument("--protect", type=int, action="append", default=[])
     p.add_argument("--watch-pid", type=int, default=0, help="exit when it is gone (the raylet)")
-    p.add_argument("--lock-dir", default="/tmp/raydbg")
+    p.add_argument(
+        "--no-raylet-check", dest="raylet_check", action="store_false",
+        help="kill processes that are not children of --watch-pid (tests, hand-run monitors)",
+    )  # fmt: skip
+    p.add_argument("--lock-dir", default=None, help="default: /tmp/raydbg-<uid>/memory")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s raydbg-memory %(message)s")
-    lock = take_lock(args.node_id, args.lock_dir)
+    try:
+        lock = take_lock(args.node_id, args.lock_dir)
+        # The gate's records and flags live here: refuse an unsafe one now, not later.
+        local.ensure_run_dir()
+        raylet = args.watch_pid if args.raylet_check else 0
+        if raylet:
+            Killer.for_raylet(raylet)
+    except (private_dir.UnsafeDirError, OSError) as e:
+        from raydbg import registry
+
+        registry.use_client(registry.client_for(args.gcs_address))
+        report_failure(args.node_id, str(e))
+        print(str(e), file=sys.stderr, flush=True)
+        return 2
     if lock is None:
         log.info("a memory monitor already runs for node %s; exiting", args.node_id)
         return 0
@@ -204,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("telemetry off: %s", e)
     score = lower_oom_score()
     locked = lock_memory() if os.geteuid() == 0 else False
-    mon = build(args.gcs_address, args.node_id, args.cgroup_dir, tuple(args.protect))
+    mon = build(
+        args.gcs_address, args.node_id, args.cgroup_dir, tuple(args.protect), raylet_pid=raylet
+    )
     log.info(
         "memory monitor pid %d: mode %s, threshold %.2f, oom_score_adj %d, mlock %s, cgroup %s",
         os.getpid(), mon.config.mode, mon.config.policy.threshold, score, locked,
@@ -253,7 +313,11 @@ def spawn(
         cmd += ["--cgroup-dir", cgroup_dir]
     for pid in protect:
         cmd += ["--protect", str(pid)]
-    out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+    out: Any = subprocess.DEVNULL
+    if log_path:  # in Ray's logs dir, open to all: never follow a link planted there
+        out = os.fdopen(
+            private_dir.open_private(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab"
+        )
     return subprocess.Popen(
         cmd,
         env={**os.environ, **(env or {})},

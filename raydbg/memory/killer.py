@@ -1,0 +1,137 @@
+"""Kills a chosen worker only if it is still that process: same start time, our uid, our raylet's child.
+
+Why: the monitor decides on a snapshot of /proc and kills a moment later. In between
+the chosen worker can exit and its pid go to another process (another user's, or a
+system one). So the kill goes through a pidfd (`os.pidfd_open`), which names one
+process for good, and before the signal we check, through /proc, that the pid still
+names the snapshot's process: its start time (/proc/PID/stat field 22, clock ticks
+since boot) is unchanged, its real and effective uid are ours, and its parent is our
+raylet, itself the same process the monitor started beside (pid plus start time).
+A pid reused before the pidfd was opened fails the start-time check; one reused after
+it cannot be reached through the pidfd (the signal fails with ESRCH).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from raydbg.memory.procs import parse_stat
+
+
+class KillRefused(OSError):
+    """The pid no longer names a process this monitor may kill; nothing was signalled."""
+
+
+@dataclass(frozen=True)
+class ProcIdentity:
+    """What names a process for good: pid plus start time (clock ticks since boot)."""
+
+    pid: int
+    ppid: int
+    start_ticks: int
+    uids: tuple[int, ...]  # real, effective, saved, filesystem
+
+
+def identity(pid: int, proc: Path = Path("/proc")) -> ProcIdentity | None:
+    """The process's identity now, or None when it is gone or unreadable."""
+    try:
+        stat_text = (proc / str(pid) / "stat").read_text()
+        status = (proc / str(pid) / "status").read_text()
+        stat_again = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    try:
+        _, ppid, ticks = parse_stat(stat_text)
+        again = parse_stat(stat_again)[2]
+    except (ValueError, IndexError):
+        return None
+    if again != ticks:
+        return None  # the pid changed hands while we read: say nothing rather than mix two
+    uids: tuple[int, ...] = ()
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            uids = tuple(int(x) for x in line.split()[1:])
+    return ProcIdentity(pid, ppid, ticks, uids)
+
+
+def _pidfd_open(pid: int) -> int | None:
+    opener = getattr(os, "pidfd_open", None)
+    if opener is None:  # pragma: no cover - Linux < 5.3 / non-Linux
+        return None
+    try:
+        return int(opener(pid))
+    except ProcessLookupError:
+        raise
+    except OSError:  # pragma: no cover - seccomp or an old kernel: fall back to pid+start
+        return None
+
+
+@dataclass
+class Killer:
+    """Signals a worker of `raylet` (pid plus start ticks) if it is still the chosen one.
+
+    raylet None: no parent check (a monitor run by hand on a single process tree).
+    """
+
+    raylet: ProcIdentity | None
+    uid: int = -1  # -1: os.getuid()
+    proc: Path = Path("/proc")
+    sig: int = signal.SIGKILL
+
+    @classmethod
+    def for_raylet(cls, raylet_pid: int, proc: Path = Path("/proc")) -> Killer:
+        """Pins the raylet as it is now; raises KillRefused when it is gone already."""
+        ident = identity(raylet_pid, proc)
+        if ident is None:
+            raise KillRefused(f"raydbg memory: raylet pid {raylet_pid} is gone")
+        return cls(ident, proc=proc)
+
+    def check(self, pid: int, expected_ticks: int | None) -> ProcIdentity:
+        """The process `pid` names now, if it may be killed; else KillRefused (one line)."""
+        uid = os.getuid() if self.uid < 0 else self.uid
+        if expected_ticks is None or expected_ticks < 0:
+            raise KillRefused(f"pid {pid}: no start time from the snapshot; not killed")
+        now = identity(pid, self.proc)
+        if now is None:
+            raise ProcessLookupError(f"pid {pid} is gone")
+        if now.start_ticks != expected_ticks:
+            raise KillRefused(
+                f"pid {pid} now names another process (started at tick {now.start_ticks}, "
+                f"not {expected_ticks}): the worker exited and its pid was reused; not killed"
+            )
+        if not now.uids or any(u != uid for u in now.uids[:2]):
+            raise KillRefused(f"pid {pid} runs as uid {now.uids[:2]}, not {uid}; not killed")
+        if self.raylet is not None:
+            if now.ppid != self.raylet.pid:
+                raise KillRefused(
+                    f"pid {pid} is not a worker of this raylet (parent {now.ppid}, "
+                    f"raylet {self.raylet.pid}); not killed"
+                )
+            parent = identity(self.raylet.pid, self.proc)
+            if parent is None or parent.start_ticks != self.raylet.start_ticks:
+                raise KillRefused(f"raylet {self.raylet.pid} is gone or replaced; not killed")
+        return now
+
+    def kill(
+        self, pid: int, expected_ticks: int | None, before: Callable[[], object] | None = None
+    ) -> None:
+        """Check, then signal through a pidfd. `before`: a callable run after the check and
+        before the signal (e.g. a line in the worker's log)."""
+        fd = _pidfd_open(pid)
+        try:
+            # Checked after the pidfd is open: if /proc still shows the snapshot's process
+            # now, the pidfd names it (a pid is not reused while its process lives).
+            self.check(pid, expected_ticks)
+            if before is not None:
+                before()
+            if fd is not None:
+                signal.pidfd_send_signal(fd, self.sig)
+            else:  # pragma: no cover - no pidfd: pid plus start time, checked just above
+                os.kill(pid, self.sig)
+        finally:
+            if fd is not None:
+                os.close(fd)

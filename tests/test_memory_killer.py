@@ -1,0 +1,122 @@
+"""The monitor's kill checks identity at the moment of the kill: start time, uid, raylet parent (real processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raydbg.memory.killer import Killer, KillRefused, ProcIdentity, identity
+from raydbg.memory.procs import read_proc
+
+NOBODY = 65534
+SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="/proc and pidfd are Linux-only")
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    procs: list[subprocess.Popen[bytes]] = []
+    yield procs
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def start(
+    procs: list[subprocess.Popen[bytes]], cmd: list[str] = SLEEP, **kw: object
+) -> subprocess.Popen[bytes]:
+    p = subprocess.Popen(cmd, **kw)  # type: ignore[call-overload]
+    procs.append(p)
+    deadline = time.monotonic() + 5
+    # Wait for exec: until then the child still runs as us in the parent's image.
+    while time.monotonic() < deadline and Path(f"/proc/{p.pid}/cmdline").read_bytes()[:1] == b"":
+        time.sleep(0.01)
+    return p
+
+
+def me() -> ProcIdentity:
+    ident = identity(os.getpid())
+    assert ident is not None
+    return ident
+
+
+def test_identity_reads_start_ticks_ppid_and_uids_as_the_snapshot_does(children: list) -> None:
+    p = start(children)
+    ident = identity(p.pid)
+    snap = read_proc(p.pid)
+    assert ident is not None and snap is not None
+    assert ident.ppid == os.getpid() and ident.uids[:2] == (os.getuid(), os.getuid())
+    assert ident.start_ticks == snap.start_ticks > 0
+    assert identity(2**22 + 12345) is None  # no such pid
+
+
+def test_a_worker_of_our_raylet_still_the_chosen_process_is_killed(children: list) -> None:
+    p = start(children)
+    ticks = identity(p.pid).start_ticks  # type: ignore[union-attr]
+    said: list[int] = []
+    Killer(me()).kill(p.pid, ticks, before=lambda: said.append(p.pid))
+    assert p.wait(5) == -signal.SIGKILL and said == [p.pid]
+
+
+def test_a_pid_now_naming_another_process_is_not_killed(children: list) -> None:
+    # Decision on process A; A exits; by the kill the pid names B. Pid reuse cannot be
+    # forced here, so B is a real live process whose start time differs from the one the
+    # snapshot recorded (what a reused pid looks like at the moment of the kill).
+    a = start(children)
+    a_ticks = identity(a.pid).start_ticks  # type: ignore[union-attr]
+    a.kill()
+    a.wait()
+    with pytest.raises(ProcessLookupError):
+        Killer(me()).kill(a.pid, a_ticks)  # A itself is gone: nothing to signal
+    b = start(children)
+    b_ticks = identity(b.pid).start_ticks  # type: ignore[union-attr]
+    with pytest.raises(KillRefused, match="pid was reused"):
+        Killer(me()).kill(b.pid, b_ticks - 1)
+    with pytest.raises(KillRefused, match="no start time"):
+        Killer(me()).kill(b.pid, None)
+    time.sleep(0.2)
+    assert b.poll() is None  # B lives on
+
+
+def test_a_process_of_another_uid_is_not_killed(children: list) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to start a process as nobody")
+    p = start(children, ["sleep", "60"], user=NOBODY)  # nobody cannot run the venv's python
+    ident = identity(p.pid)
+    assert ident is not None and ident.uids[0] == NOBODY and ident.ppid == os.getpid()
+    with pytest.raises(KillRefused, match=f"uid \\({NOBODY}, {NOBODY}\\), not 0"):
+        Killer(me()).kill(p.pid, ident.start_ticks)
+    time.sleep(0.2)
+    assert p.poll() is None
+
+
+def test_a_process_that_is_not_a_child_of_the_raylet_is_not_killed(children: list) -> None:
+    raylet = start(children)  # stands in for our raylet: the victim is not its child
+    victim = start(children)
+    ticks = identity(victim.pid).start_ticks  # type: ignore[union-attr]
+    killer = Killer.for_raylet(raylet.pid)
+    with pytest.raises(KillRefused, match="not a worker of this raylet"):
+        killer.kill(victim.pid, ticks)
+    time.sleep(0.2)
+    assert victim.poll() is None
+
+
+def test_a_replaced_raylet_is_noticed(children: list) -> None:
+    p = start(children)
+    ticks = identity(p.pid).start_ticks  # type: ignore[union-attr]
+    real = me()
+    other = ProcIdentity(real.pid, real.ppid, real.start_ticks + 1, real.uids)  # pid reused
+    with pytest.raises(KillRefused, match="gone or replaced"):
+        Killer(other).kill(p.pid, ticks)
+    assert p.poll() is None
+    with pytest.raises(KillRefused, match="is gone"):
+        Killer.for_raylet(2**22 + 12345)
