@@ -1,0 +1,115 @@
+"""The hang detector in the gateway agent: every few seconds merge beats and sessions, record hang events.
+
+For each run the decider (raydbg/gang/hang.py) calls hung, once: the run's stacks are
+taken (raydbg.gang.collect.cluster_stacks) and grouped into classes, and a `hang` event
+carries them (`raydbg events`, the TUI's events pane), with an OTel counter and span.
+Nothing is stopped. RAYDBG_HANG_AFTER_S (default 300) sets the threshold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import time
+from typing import Any
+
+from aiohttp import web
+
+from raydbg import registry, telemetry
+from raydbg.gang import hang, pause
+
+log = logging.getLogger("raydbg.agent")
+
+HANGS = telemetry.counter("raydbg.gang.hangs", "{run}", "Runs that made no progress for RAYDBG_HANG_AFTER_S")
+
+
+def _task_running(task_id: str | None) -> bool:
+    """A non-Train worker's beats count while the task that made them runs (else it is idle)."""
+    if not task_id:
+        return True
+    try:
+        from ray.util.state import get_task
+
+        task = get_task(task_id, timeout=5)
+        states = [getattr(t, "state", None) for t in (task if isinstance(task, list) else [task]) if t]
+        return not states or any(s == "RUNNING" for s in states)
+    except Exception:
+        return True  # unknown: report rather than miss a hang
+
+
+def still_running(run: hang.RunKey, recs: list[dict[str, Any]]) -> bool:
+    if run[1]:
+        return True  # a Train rank's record goes when its run shuts down or its process dies
+    return any(_task_running(r.get("task_id")) for r in recs)
+
+
+async def stacks_for(job_id: str, run: str | None) -> dict[str, Any]:
+    """Grouped stacks of the run; an error text instead when stacks cannot be taken."""
+    try:
+        from raydbg.gang import classes, collect  # type: ignore[attr-defined]
+
+        got: Any = collect.cluster_stacks(job=job_id or None, run=run)
+        if inspect.isawaitable(got):
+            got = await got
+        if isinstance(got, dict):
+            workers = got.get("workers") or []
+            return {"classes": got.get("classes") or classes.group(workers),
+                    "runs": got.get("runs") or [], "errors": got.get("errors") or []}
+        return {"classes": classes.group(list(got)), "runs": [], "errors": []}
+    except Exception as exc:
+        log.exception("raydbg: stacks for a hang event failed")
+        return {"classes": [], "runs": [], "errors": [{"node_id": "", "error": str(exc)}]}
+
+
+async def record(found: dict[str, Any]) -> dict[str, Any]:
+    with telemetry.span("raydbg.gang.hang", job_id=found["job_id"], train_run=found.get("train_run") or "",
+                        stalled_for_s=found["stalled_for_s"]):
+        stacks = await stacks_for(found["job_id"], found.get("train_run"))
+        HANGS.add(1, train="yes" if found.get("train_run") else "no")
+        details = dict(found, **stacks)
+        loop = asyncio.get_running_loop()
+        event = await loop.run_in_executor(
+            None, lambda: registry.record_event("hang", hang.message(found), **details))
+    log.warning("raydbg: %s", hang.message(found))
+    return dict(event)
+
+
+async def run_forever(server: Any, hang_after: float) -> None:
+    from raydbg.gang.train_api import merged_progress
+
+    decider = hang.HangDecider(hang_after)
+    loop = asyncio.get_running_loop()
+    last_prune = 0.0
+    while True:
+        await asyncio.sleep(hang.check_every_s(hang_after))
+        try:
+            beats, _ = await merged_progress(server)
+            sessions = await loop.run_in_executor(None, registry.sessions)
+            now = time.time()
+            found = await loop.run_in_executor(None, decider.update, beats, sessions, now, still_running)
+            for one in found:
+                await record(one)
+            if now - last_prune > 600:
+                last_prune = now
+                await loop.run_in_executor(None, pause.prune)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("raydbg: hang detector round failed")
+
+
+def attach(server: Any, app: web.Application) -> None:
+    """Run the detector for the life of the gateway app."""
+    key = web.AppKey("raydbg_hang_task", asyncio.Task)
+
+    async def start(app: web.Application) -> None:
+        app[key] = asyncio.create_task(run_forever(server, hang.hang_after_s()))
+
+    async def stop(app: web.Application) -> None:
+        task = app.get(key)
+        if task is not None:
+            task.cancel()
+
+    app.on_startup.append(start)
+    app.on_cleanup.append(stop)

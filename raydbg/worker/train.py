@@ -1,0 +1,205 @@
+"""Ray Train in activated workers: rank identity, a pause-proof process-group timeout, pause groups.
+
+Why the timeout is raised at creation: gloo (and NCCL's watchdog) give each collective
+the timeout the group had when the collective started; extending it later
+(`_set_pg_timeout`) does not save peers already waiting in `all_reduce` (measured,
+torch 2.13 gloo: extended 0.5 s into a 3 s collective, it still failed at 3.0 s). So
+raydbg-activated Train workers create their group with max(user timeout,
+RAYDBG_TRAIN_PG_TIMEOUT_S, default 24 h), and a real hang is reported by raydbg's hang
+detector instead of ending the run (docs/hangs.md).
+
+Nothing here imports torch or Ray Train: the patches are applied by a post-import hook
+when Ray Train's torch backend is imported, so other workers pay nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import FrameType, ModuleType
+from typing import Any
+
+log = logging.getLogger("raydbg.worker")
+
+PG_TIMEOUT_ENV = "RAYDBG_TRAIN_PG_TIMEOUT_S"
+DEFAULT_PG_TIMEOUT_S = 24 * 3600
+PAUSE_ENV = "RAYDBG_TRAIN_PAUSE"
+
+
+# --- identity ---------------------------------------------------------------------
+def identity() -> dict[str, Any]:
+    """Train fields of a session record; all None outside a Ray Train worker."""
+    out: dict[str, Any] = {
+        "train_rank": None, "train_run": None, "train_local_rank": None, "train_world_size": None,
+    }
+    if "ray.train" not in sys.modules:
+        return out
+    try:
+        import ray.train
+
+        ctx = ray.train.get_context()
+        out["train_rank"] = int(ctx.get_world_rank())
+        out["train_local_rank"] = int(ctx.get_local_rank())
+        out["train_world_size"] = int(ctx.get_world_size())
+        out["train_run"] = str(ctx.get_experiment_name())
+    except Exception:
+        pass  # not a Train worker (get_context raises), or not in its training function
+    return out
+
+
+# --- process-group timeout ----------------------------------------------------------
+def pg_timeout_s(user_timeout_s: int, env: str | None = None) -> int:
+    """The timeout the group is created with: never below the user's; env 0 keeps the user's."""
+    raw = os.environ.get(PG_TIMEOUT_ENV, "") if env is None else env
+    try:
+        ours = int(float(raw)) if raw.strip() else DEFAULT_PG_TIMEOUT_S
+    except ValueError:
+        ours = DEFAULT_PG_TIMEOUT_S
+    if ours <= 0:
+        return user_timeout_s
+    return max(user_timeout_s, ours)
+
+
+def _after_pg_setup(kwargs: dict[str, Any]) -> None:
+    log.info("raydbg: Train process group (rank %s) created with timeout %ss (RAYDBG_TRAIN_PG_TIMEOUT_S)",
+             kwargs.get("world_rank"), kwargs.get("timeout_s"))
+    from raydbg.gang import progress
+
+    progress.beat(0, "train.setup")  # a run stuck before its first report is still seen
+
+
+def _report_beat() -> None:
+    from raydbg.gang import progress
+
+    progress.beat(None, "train.report")
+
+
+def _run_done() -> None:
+    from raydbg.gang import progress
+
+    progress.done()
+
+
+def _patch_torch_config(module: ModuleType) -> None:
+    from raydbg import _ray_internals
+
+    _ray_internals.wrap_torch_pg_setup(module, pg_timeout_s, _after_pg_setup)
+    _ray_internals.wrap_torch_shutdown(module, _run_done)
+
+
+def _patch_train_fn_utils(module: ModuleType) -> None:
+    from raydbg import _ray_internals
+
+    _ray_internals.wrap_train_report(module, _report_beat)
+
+
+# --- post-import hooks ----------------------------------------------------------------
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Runs a patch right after a named module is executed (and at once if already imported)."""
+
+    def __init__(self) -> None:
+        self.hooks: dict[str, Callable[[ModuleType], None]] = {}
+        self._busy: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        hook = self.hooks.get(fullname)
+        if hook is None or fullname in self._busy:
+            return None
+        self._busy.add(fullname)
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._busy.discard(fullname)
+        loader = spec.loader if spec is not None else None
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module = loader.exec_module
+
+        def exec_and_patch(module: ModuleType) -> None:
+            exec_module(module)
+            _safely(hook, module)
+
+        loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def _safely(hook: Callable[[ModuleType], None], module: ModuleType) -> None:
+    try:
+        hook(module)
+    except Exception:
+        log.exception("raydbg: could not patch %s", module.__name__)
+
+
+_finder = _PostImport()
+
+
+def when_imported(name: str, hook: Callable[[ModuleType], None]) -> None:
+    if name in sys.modules:
+        _safely(hook, sys.modules[name])
+        return
+    _finder.hooks[name] = hook
+    if _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def install() -> None:
+    """In an activated worker: patch Ray Train's torch setup and report when they are imported."""
+    from raydbg import _ray_internals
+
+    when_imported(_ray_internals.TORCH_CONFIG_MODULE, _patch_torch_config)
+    when_imported(_ray_internals.TRAIN_FN_UTILS_MODULE, _patch_train_fn_utils)
+
+
+# --- pause groups -------------------------------------------------------------------
+_local = threading.local()
+_occurrences: dict[tuple[str, int], int] = {}
+_occ_lock = threading.Lock()
+
+
+def pause_all_requested() -> bool:
+    return bool(getattr(_local, "all_ranks", False)) or (
+        os.environ.get(PAUSE_ENV, "").strip().lower() == "all"
+    )
+
+
+def group_id(job_id: str, run: str, file: str, line: int, occurrence: int) -> str:
+    """Same on every rank that reaches the same line for the same time: 'g' + 11 hex digits."""
+    digest = hashlib.sha1(f"{job_id}\0{run}\0{file}\0{line}\0{occurrence}".encode()).hexdigest()
+    return "g" + digest[:11]
+
+
+def assign_group(rec: Any) -> None:
+    """Give a Train rank's breakpoint session its pause group when pause-all applies."""
+    if rec.reason != "breakpoint" or rec.train_run is None or not pause_all_requested():
+        return
+    # The group key uses the file's base name: ranks may run from different directories.
+    where = (os.path.basename(rec.file), int(rec.line))
+    with _occ_lock:
+        _occurrences[where] = occurrence = _occurrences.get(where, 0) + 1
+    rec.group = group_id(rec.job_id, rec.train_run, where[0], where[1], occurrence)
+
+
+def breakpoint_here(frame: FrameType, all_ranks: bool) -> None:
+    """`raydbg.breakpoint()`: a raydbg session at `frame`, grouped across ranks if asked."""
+    from raydbg.worker import hook
+
+    if sys.breakpointhook is not hook.breakpointhook:
+        sys.breakpointhook()  # raydbg not active here (e.g. the driver): the ordinary hook
+        return
+    from raydbg.worker.session import pause
+
+    _local.all_ranks = all_ranks
+    try:
+        pause(frame, "breakpoint")
+    except Exception:
+        log.exception("raydbg: breakpoint() could not start a debug session; continuing")
+    finally:
+        _local.all_ranks = False

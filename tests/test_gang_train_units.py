@@ -1,0 +1,225 @@
+"""Unit tests (no Ray): Train timeout, pause groups, resume targets, progress records, hang decisions."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raydbg import _ray_internals
+from raydbg.gang import hang, pause, progress
+from raydbg.records import SessionRecord, label
+from raydbg.worker import train
+
+
+# --- timeout -----------------------------------------------------------------------
+def test_pg_timeout_never_below_the_users() -> None:
+    assert train.pg_timeout_s(3, env="") == train.DEFAULT_PG_TIMEOUT_S
+    assert train.pg_timeout_s(3, env="600") == 600
+    assert train.pg_timeout_s(7200, env="600") == 7200
+    assert train.pg_timeout_s(3, env="0") == 3  # 0: raydbg leaves the user's timeout alone
+    assert train.pg_timeout_s(3, env="junk") == train.DEFAULT_PG_TIMEOUT_S
+
+
+def test_wrapped_pg_setup_raises_timeout_and_keeps_pickle_identity() -> None:
+    seen: dict[str, Any] = {}
+    mod = types.ModuleType("fake_torch_config")
+
+    def _setup_torch_process_group(backend: str, world_rank: int, world_size: int, init_method: str,
+                                   timeout_s: int = 1800) -> str:
+        seen.update(backend=backend, world_rank=world_rank, timeout_s=timeout_s)
+        return "ok"
+
+    _setup_torch_process_group.__module__ = mod.__name__
+    _setup_torch_process_group.__qualname__ = "_setup_torch_process_group"
+    mod._setup_torch_process_group = _setup_torch_process_group  # type: ignore[attr-defined]
+    after: list[dict[str, Any]] = []
+    assert _ray_internals.wrap_torch_pg_setup(mod, lambda t: max(t, 100), after.append)
+    assert not _ray_internals.wrap_torch_pg_setup(mod, lambda t: t, after.append)  # once only
+    fn = mod._setup_torch_process_group  # type: ignore[attr-defined]
+    assert fn.__module__ == mod.__name__ and fn.__qualname__ == "_setup_torch_process_group"
+    assert fn("gloo", 1, 2, init_method="tcp://x", timeout_s=3) == "ok"
+    assert seen == {"backend": "gloo", "world_rank": 1, "timeout_s": 100}
+    assert after[0]["world_rank"] == 1
+
+
+def test_report_wrapper_calls_before() -> None:
+    mod = types.ModuleType("fake_fn_utils")
+
+    class DistributedTrainFnUtils:
+        def report(self, metrics: dict[str, Any]) -> dict[str, Any]:
+            return metrics
+
+    mod.DistributedTrainFnUtils = DistributedTrainFnUtils  # type: ignore[attr-defined]
+    calls: list[int] = []
+    assert _ray_internals.wrap_train_report(mod, lambda: calls.append(1))
+    assert DistributedTrainFnUtils().report({"a": 1}) == {"a": 1}
+    assert calls == [1]
+
+
+def test_post_import_hook_patches_a_module_when_imported(tmp_path: Path) -> None:
+    (tmp_path / "raydbg_fake_mod_x.py").write_text("VALUE = 1\n")
+    code = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from raydbg.worker import train\n"
+        "train.when_imported('raydbg_fake_mod_x', lambda m: setattr(m, 'VALUE', 2))\n"
+        "assert 'raydbg_fake_mod_x' not in sys.modules\n"
+        "import raydbg_fake_mod_x\n"
+        "print(raydbg_fake_mod_x.VALUE)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "2"
+
+
+def test_install_imports_neither_torch_nor_ray_train() -> None:
+    code = ("import sys\nfrom raydbg.worker import train\ntrain.install()\n"
+            "print('torch' in sys.modules, 'ray.train' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False False"
+
+
+# --- pause groups --------------------------------------------------------------------
+def _rec(**kw: Any) -> SessionRecord:
+    base: dict[str, Any] = dict(id="s1", job_id="01000000", pid=1, thread_id=1, thread_name="t",
+                                file="/a/train.py", line=10, function="f", reason="breakpoint")
+    base.update(kw)
+    return SessionRecord(**base)
+
+
+def test_group_id_same_across_ranks_new_per_occurrence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(train.PAUSE_ENV, "all")
+    monkeypatch.setattr(train, "_occurrences", {})
+    r0 = _rec(train_run="run", train_rank=0)
+    train.assign_group(r0)
+    monkeypatch.setattr(train, "_occurrences", {})  # another process: its own count
+    r1 = _rec(train_run="run", train_rank=1, file="/elsewhere/train.py")
+    train.assign_group(r1)
+    assert r0.group and r0.group == r1.group and r0.group.startswith("g") and len(r0.group) == 12
+    again = _rec(train_run="run", train_rank=1)
+    train.assign_group(again)  # second time this process reaches the line
+    assert again.group != r1.group
+
+
+def test_no_group_without_pause_all_or_outside_train(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(train.PAUSE_ENV, raising=False)
+    r = _rec(train_run="run", train_rank=0)
+    train.assign_group(r)
+    assert r.group is None
+    monkeypatch.setenv(train.PAUSE_ENV, "all")
+    plain = _rec()
+    train.assign_group(plain)
+    assert plain.group is None
+    exc = _rec(train_run="run", reason="exception")
+    train.assign_group(exc)
+    assert exc.group is None
+
+
+def test_groups_and_resolve() -> None:
+    recs = [
+        {"id": "b", "group": "g1", "train_rank": 1, "train_world_size": 2, "since": 5, "job_id": "j"},
+        {"id": "a", "group": "g1", "train_rank": 0, "train_world_size": 2, "since": 4, "job_id": "j"},
+        {"id": "c", "group": None, "since": 6},
+    ]
+    gs = pause.groups(recs)
+    assert len(gs) == 1
+    assert gs[0]["sessions"] == ["a", "b"] and gs[0]["ranks"] == [0, 1] and gs[0]["complete"]
+    assert gs[0]["since"] == 4
+    assert pause.resolve("g1", recs) == ("group", ["b", "a"])
+    assert pause.resolve("c", recs) == ("session", ["c"])
+    assert pause.resolve("zzz", recs) == ("", [])
+
+
+def test_label_shows_rank_and_size() -> None:
+    assert label({"task_name": "t", "train_rank": 1, "train_world_size": 4}) == "t [rank 1/4]"
+
+
+# --- progress records ----------------------------------------------------------------
+def test_progress_beats_are_fixed_size_and_read_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
+    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r", "world_rank": 2})
+    b = progress.Beat()
+    b.beat()
+    b.beat()
+    directory = progress.progress_dir()
+    assert oct(directory.stat().st_mode & 0o777) == "0o700"
+    path = directory / str(os.getpid())
+    assert path.stat().st_size == progress.RECORD_SIZE
+    (directory / "999999999").write_text("{}")  # a dead pid's record goes
+    (directory / str(os.getppid())).write_bytes(b"{not json")  # a torn one is skipped
+    recs = progress.read_all()
+    assert [(r["step"], r["train_run"], r["world_rank"], r["pid"]) for r in recs] == [(2, "r", 2, os.getpid())]
+    assert not (directory / "999999999").exists()
+    b.done()
+    assert not path.exists()
+
+
+def test_latest_and_progress_map() -> None:
+    recs = [
+        {"job_id": "j", "train_run": "r", "world_rank": 0, "pid": 1, "ts": 1.0},
+        {"job_id": "j", "train_run": "r", "world_rank": 0, "pid": 2, "ts": 3.0},  # restarted rank
+        {"job_id": "j", "train_run": None, "pid": 5, "node_id": "n", "ts": 2.0},
+    ]
+    latest = progress.latest(recs)
+    assert latest[("j", "r", "rank 0")]["pid"] == 2
+    assert ("j", "", "n:5") in latest
+    pm = progress.as_progress_map(recs)
+    assert pm[("j", "r", 0)] == 3.0 and pm[5] == 2.0
+
+
+# --- hang decisions --------------------------------------------------------------------
+def _beats(ts: float, ranks: int = 2, run: str = "r") -> list[dict[str, Any]]:
+    return [{"job_id": "j", "train_run": run, "world_rank": i, "pid": 10 + i, "ts": ts, "world_size": ranks}
+            for i in range(ranks)]
+
+
+def test_stuck_run_fires_once_then_again_only_after_progress() -> None:
+    d = hang.HangDecider(10)
+    assert d.update(_beats(0), [], now=5) == []
+    found = d.update(_beats(0), [], now=11)
+    assert len(found) == 1 and found[0]["train_run"] == "r" and found[0]["world_size"] == 2
+    assert [r["world_rank"] for r in found[0]["ranks"]] == [0, 1]
+    assert d.update(_beats(0), [], now=30) == []  # once per stall
+    assert d.update(_beats(31), [], now=32) == []  # progress again
+    assert len(d.update(_beats(31), [], now=42)) == 1  # a new stall
+
+
+def test_slow_but_progressing_run_never_fires() -> None:
+    d = hang.HangDecider(10)
+    for now in range(0, 100, 3):
+        assert d.update(_beats(now - 8), [], now=now) == []  # a step every ~8 s under a 10 s threshold
+
+
+def test_paused_run_is_not_a_hang_and_its_pause_does_not_count() -> None:
+    d = hang.HangDecider(10)
+    session = {"job_id": "j", "train_run": "r", "id": "s"}
+    for now in (5, 20, 40):
+        assert d.update(_beats(0), [session], now=now) == []
+    assert d.update(_beats(0), [], now=45) == []  # continued at ~40: the clock restarts there
+    assert len(d.update(_beats(0), [], now=51)) == 1  # stuck for real after the continue
+
+
+def test_other_runs_and_finished_runs() -> None:
+    d = hang.HangDecider(10)
+    beats = _beats(0, run="a") + _beats(100, run="b")
+    found = d.update(beats, [{"job_id": "j", "train_run": "b"}], now=105)
+    assert [f["train_run"] for f in found] == ["a"]
+    assert d.update([], [], now=200) == [] and d.runs == {}  # workers gone: forgotten
+    # A non-Train job's idle worker (its task ended) is asked about before it counts.
+    job = [{"job_id": "k", "train_run": None, "pid": 3, "ts": 0, "task_id": "t"}]
+    assert hang.HangDecider(10).update(job, [], now=20, still_running=lambda k, r: False) == []
+    assert len(hang.HangDecider(10).update(job, [], now=20, still_running=lambda k, r: True)) == 1
+
+
+def test_hang_after_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_HANG_AFTER_S", "7.5")
+    assert hang.hang_after_s() == 7.5
+    monkeypatch.setenv("RAYDBG_HANG_AFTER_S", "x")
+    assert hang.hang_after_s() == hang.DEFAULT_HANG_AFTER_S
+    assert hang.check_every_s(300) == 10.0 and hang.check_every_s(1) == 0.5
