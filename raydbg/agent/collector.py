@@ -1,8 +1,12 @@
-"""Removes session records whose worker died (a killed paused worker never cleans up itself)."""
+"""Removes session records whose worker died (a killed paused worker never cleans up itself).
+
+On the gateway it also removes the records of dead nodes: their sessions and their agent.
+"""
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import psutil
@@ -18,21 +22,36 @@ def dead_sessions(records: list[dict[str, Any]], node_id: str, alive_nodes: set[
     for rec in records:
         node = rec.get("node_id")
         if node == node_id:
-            if not psutil.pid_exists(int(rec.get("pid", 0))):
+            if not psutil.pid_exists(rec["pid"]):  # records are validated: pid is a sane int
                 dead.append(rec)
         elif alive_nodes is not None and node not in alive_nodes:
             dead.append(rec)
     return dead
 
 
+# An agent record is only dropped once it has stopped beating for this long, so a node
+# that joined after the gateway's last look at Ray's node table keeps its fresh agent.
+AGENT_STALE_S = 3.0
+
+
+def dead_agents(agents: list[dict[str, Any]], alive_nodes: set[str], now: float) -> list[dict[str, Any]]:
+    """Agent records of nodes Ray does not list alive whose heartbeat has stopped."""
+    return [a for a in agents if a.get("node_id") not in alive_nodes
+            and now - float(a.get("heartbeat") or a.get("started_at") or 0) > AGENT_STALE_S]
+
+
 def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
+    """Remove this node's dead sessions; one record that fails never stops the others."""
     removed = 0
     for rec in dead_sessions(registry.sessions(), node_id, alive_nodes):
-        registry.delete(registry.SESSION + rec["id"])
-        registry.record_event(
-            "session.collected",
-            f"session {rec['id']} removed: worker {rec.get('pid')} is gone",
-            node_id=str(rec.get("node_id", "")), session=rec["id"], pid=rec.get("pid"),
-        )
-        removed += 1
+        try:
+            registry.delete(registry.SESSION + rec["id"])
+            registry.record_event(
+                "session.collected",
+                f"session {rec['id']} removed: worker {rec['pid']} is gone",
+                node_id=rec["node_id"], session=rec["id"], pid=rec["pid"],
+            )
+            removed += 1
+        except Exception:
+            log.exception("raydbg agent: could not collect session %s", rec["id"])
     return removed
