@@ -1,6 +1,24 @@
 """raydbg: debug and observe distributed training on Ray."""
 
+from __future__ import annotations
+
+import sys
+
 from raydbg.activation import runtime_env
 
 __version__ = "0.1.0"
-__all__ = ["runtime_env", "__version__"]
+__all__ = ["runtime_env", "progress", "breakpoint", "__version__"]
+
+
+def progress(step: int | None = None) -> None:
+    """Mark that this worker made progress (one small file write): hang detection watches it."""
+    from raydbg.gang.progress import beat
+
+    beat(step)
+
+
+def breakpoint(all_ranks: bool = False) -> None:  # noqa: A001  (mirrors the builtin on purpose)
+    """Pause here for a raydbg client; `all_ranks=True` groups the Train ranks that reach this line."""
+    from raydbg.worker.train import breakpoint_here
+
+    breakpoint_here(sys._getframe(1), all_ranks)

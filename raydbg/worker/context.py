@@ -25,6 +25,13 @@ def train_rank() -> int | None:
         return None
 
 
+def train_fields() -> dict[str, Any]:
+    """train_rank, train_local_rank, train_world_size, train_run (None outside Ray Train)."""
+    from raydbg.worker.train import identity
+
+    return identity()
+
+
 def ray_context() -> dict[str, Any]:
     """Fields of the session record that describe the Ray side; empty outside Ray."""
     try:
@@ -47,7 +54,7 @@ def ray_context() -> dict[str, Any]:
             "actor_name": actor_name,
             "node_id": _hex(ctx.get_node_id()) or "",
             "node_ip": ray.util.get_node_ip_address(),
-            "train_rank": train_rank(),
+            **train_fields(),  # world rank, local rank, size, run
         }
     except Exception:
         return {"job_id": "", "node_id": "", "node_ip": ""}

@@ -56,6 +56,9 @@ def setup_hook() -> None:
     """Entry point named in runtime_env['worker_process_setup_hook']."""
     if config.is_active():
         install()
+        from raydbg.worker import train
+
+        train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
         from raydbg.telemetry.ray_tracing import trace_tasks_requested
 
         if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":
