@@ -35,7 +35,11 @@ class SessionRecord:
     task_name: str | None = None
     actor_id: str | None = None
     actor_name: str | None = None
-    train_rank: int | None = None
+    train_rank: int | None = None  # world rank
+    train_run: str | None = None  # Ray Train run (experiment) name
+    train_local_rank: int | None = None
+    train_world_size: int | None = None
+    group: str | None = None  # pause group (pause-all): run + file + line + occurrence
     exception: dict[str, str] | None = None
     since: float = field(default_factory=time.time)
     state: str = "starting"
@@ -64,7 +68,8 @@ def label(rec: dict[str, Any]) -> str:
     """Short human name of what paused: `Actor.method`, `task`, plus the Train rank."""
     name = rec.get("task_name") or rec.get("actor_name") or rec.get("function") or "?"
     if rec.get("train_rank") is not None:
-        name += f" [rank {rec['train_rank']}]"
+        size = rec.get("train_world_size")
+        name += f" [rank {rec['train_rank']}" + (f"/{size}" if size else "") + "]"
     return str(name)
 
 

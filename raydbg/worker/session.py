@@ -11,7 +11,7 @@ from types import FrameType
 
 from raydbg import config, registry
 from raydbg.records import SessionRecord, new_session_id
-from raydbg.worker import context, debugger
+from raydbg.worker import context, debugger, resume, train
 
 log = logging.getLogger("raydbg.worker")
 
@@ -76,6 +76,7 @@ def _publish(rec: SessionRecord) -> None:
 def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None) -> bool:
     """Pause this thread at `frame` for a remote client; False if nobody came in time."""
     rec = build_record(frame, reason, exc_info)
+    train.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started
     from raydbg.agent.lifecycle import ensure_agents_soon
 
@@ -93,6 +94,7 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
                 span.set_attribute("outcome", outcome)
                 m.duration.record(time.time() - rec.since, reason=reason, outcome=outcome)
     finally:
+        resume.done(rec)
         try:
             registry.delete(registry.SESSION + rec.id)
         except Exception:
@@ -120,7 +122,10 @@ def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
     """Wait for clients until one resumes the thread; the outcome names how it ended."""
     timeout = config.wait_timeout()
     while True:
-        if not debugger.wait_for_client(timeout):
+        waited = resume.wait_for_client(rec, timeout)  # or a `raydbg continue` request
+        if waited == "resumed":
+            return "resumed"
+        if waited == "timeout":
             what = "continuing" if reason == "breakpoint" else "re-raising"
             log.warning(
                 "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
