@@ -103,6 +103,9 @@ class AgentServer:
             web.get("/metrics", prometheus.metrics_handler),
             *self.extra_routes,
         ])
+        from raydbg.gang import train_api
+
+        train_api.register(self, app)  # continue, pause groups, progress; the gateway's hang detector
         return app
 
     # --- JSON API -------------------------------------------------------------
