@@ -115,7 +115,11 @@ def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    recs = asyncio.run(_gateway(args).sessions())
+    from raydbg.gang import cli_train
+
+    gw = _gateway(args)
+    # Ranks held by a paused Train rank (the gateway's stacks, asked only for Train sessions).
+    recs = asyncio.run(cli_train.with_held(gw, asyncio.run(gw.sessions())))
     if args.json:
         _print_json(recs)
         return 0
@@ -132,6 +136,8 @@ def cmd_list(args: argparse.Namespace) -> int:
     for rec in recs:
         table.add_row(*_list_row(rec, now))
     Console().print(table)
+    for line in cli_train.held_lines(recs):
+        print(line)
     return 0
 
 
@@ -258,7 +264,20 @@ def _register_tui(sub: Any) -> None:
     register(sub)
 
 
-REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui]
+def _register_gang_train(sub: Any) -> None:
+    from raydbg.gang.cli_train import register  # continue
+
+    register(sub)
+
+
+def _register_gang(sub: Any) -> None:
+    from raydbg.gang.cli import register  # stacks
+
+    register(sub)
+
+
+REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui, _register_gang_train,
+                               _register_gang]
 
 
 def build_parser() -> argparse.ArgumentParser:
