@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 
 from raydbg import auth
+from raydbg.dap.transport import HANDSHAKE_REASONS, MAX_WS_MESSAGE, WS_HEARTBEAT_S
 
 
 class GatewayError(Exception):
@@ -118,7 +119,9 @@ class Gateway:
     async def open_dap(self, http: aiohttp.ClientSession, sid: str) -> aiohttp.ClientWebSocketResponse:
         """The DAP relay WebSocket for a session (raw DAP bytes in binary messages)."""
         try:
-            return await http.ws_connect(self.url(f"/api/v1/sessions/{sid}/dap"), headers=self.headers, max_msg_size=0)
+            # Bounded messages, and a heartbeat: a gateway gone silent ends the relay (raydbg forward).
+            return await http.ws_connect(self.url(f"/api/v1/sessions/{sid}/dap"), headers=self.headers,
+                                         max_msg_size=MAX_WS_MESSAGE, heartbeat=WS_HEARTBEAT_S)
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status == 401:
                 raise GatewayError("the gateway refused the token") from None
@@ -126,6 +129,8 @@ class Gateway:
                 raise GatewayError(f"no paused session {sid}") from None
             if exc.status == 409:
                 raise GatewayError(f"session {sid} is busy or not attachable yet") from None
+            if exc.status in HANDSHAKE_REASONS:
+                raise GatewayError(HANDSHAKE_REASONS[exc.status]) from None
             raise GatewayError(f"gateway refused the relay: HTTP {exc.status}") from None
         except aiohttp.ClientConnectorError:
             raise GatewayError(f"cannot connect to the raydbg gateway at {self.address}") from None

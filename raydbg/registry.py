@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import json
+import logging
+import re
+import threading
 import time
+from collections import Counter, OrderedDict
 from typing import Any
 
+from raydbg import validate
 from raydbg.config import NAMESPACE
 
 SESSION = "session/"
@@ -13,6 +18,14 @@ AGENT = "agent/"
 EVENT = "event/"
 GATEWAY = "gateway"
 TOKEN = "token"
+_KINDS = {SESSION: "session", AGENT: "agent", EVENT: "event"}
+_EVENT_KEY = re.compile(r"event/(\d{15})-[A-Za-z0-9_.-]{1,128}")
+
+# The event log is bounded: the gateway agent keeps the newest N and nothing older than this.
+EVENTS_KEEP = 1000
+EVENTS_MAX_AGE_S = 7 * 24 * 3600.0
+
+log = logging.getLogger("raydbg")
 
 
 _NS = NAMESPACE.encode()
@@ -58,33 +71,64 @@ def get_bytes(key: str, gcs: Any = None) -> bytes | None:
 
 
 def get(key: str, gcs: Any = None) -> dict[str, Any] | None:
+    """The record at `key`, checked against its schema (None if absent or malformed)."""
     raw = get_bytes(key, gcs)
-    return json.loads(raw) if raw else None
+    if not raw:
+        return None
+    kind, suffix = _kind_of(key)
+    try:
+        if kind is None:
+            value = validate.parse(raw)
+            return value if isinstance(value, dict) else None
+        return validate.record(kind, suffix, raw)
+    except validate.Malformed as exc:
+        _note_malformed(kind or "other", key, raw, exc)
+        return None
 
 
 def delete(key: str) -> None:
     _gcs().internal_kv_del(key.encode(), False, _NS, timeout=_TIMEOUT)
 
 
-def list_prefix(prefix: str) -> list[dict[str, Any]]:
-    gcs = _gcs()
-    keys = gcs.internal_kv_keys(prefix.encode(), _NS, timeout=_TIMEOUT)
+def _kind_of(key: str) -> tuple[str | None, str | None]:
+    for prefix, kind in _KINDS.items():
+        if key.startswith(prefix):
+            return kind, key[len(prefix):]
+    return ("gateway", None) if key == GATEWAY else (None, None)
+
+
+def _keys(prefix: str) -> list[bytes]:
+    keys = _gcs().internal_kv_keys(prefix.encode(), _NS, timeout=_TIMEOUT)
+    return [bytes(k) for k in keys or []]
+
+
+def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
+    """The valid records among `keys`; malformed ones are skipped and counted."""
     if not keys:
         return []
-    values = gcs.internal_kv_multi_get(keys, _NS, timeout=_TIMEOUT)
+    values = _gcs().internal_kv_multi_get(keys, _NS, timeout=_TIMEOUT)
+    kind = _KINDS[prefix]
     out = []
-    for raw in values.values():
-        if raw:
-            try:
-                out.append(json.loads(raw))
-            except ValueError:
-                continue
+    for key in keys:
+        raw = values.get(key)
+        if not raw:
+            continue  # deleted between the listing and the read
+        name = key.decode(errors="replace")
+        try:
+            out.append(validate.record(kind, name[len(prefix):], bytes(raw)))
+        except validate.Malformed as exc:
+            _note_malformed(kind, name, bytes(raw), exc)
     return out
+
+
+def list_prefix(prefix: str) -> list[dict[str, Any]]:
+    """Every valid record under `prefix` (one of SESSION, AGENT, EVENT)."""
+    return _checked(_keys(prefix), prefix)
 
 
 def sessions() -> list[dict[str, Any]]:
     recs = list_prefix(SESSION)
-    recs.sort(key=lambda r: r.get("since", 0), reverse=True)
+    recs.sort(key=lambda r: r["since"], reverse=True)
     return recs
 
 
@@ -109,6 +153,63 @@ def record_event(kind: str, message: str, node_id: str = "", **details: Any) -> 
 
 
 def events(limit: int = 100) -> list[dict[str, Any]]:
-    evs = list_prefix(EVENT)
-    evs.sort(key=lambda e: e.get("ts", 0), reverse=True)
-    return evs[:limit]
+    """The newest `limit` valid events; only their keys and the newest values are read."""
+    keys = sorted(_keys(EVENT), reverse=True)  # keys start with the time in ms, zero-padded
+    out: list[dict[str, Any]] = []
+    while keys and len(out) < limit:
+        batch, keys = keys[:limit - len(out)], keys[limit - len(out):]
+        out += _checked(batch, EVENT)
+    out.sort(key=lambda e: e["ts"], reverse=True)
+    return out[:limit]
+
+
+def stale_event_keys(keys: list[str], now: float, keep: int, max_age_s: float) -> list[str]:
+    """Event keys to prune: all but the newest `keep`, and any older than `max_age_s`.
+
+    Only keys of raydbg's own shape (`event/<ms>-<id>`) are judged; others are left alone.
+    """
+    timed = []
+    for key in keys:
+        m = _EVENT_KEY.fullmatch(key)
+        if m:
+            timed.append((int(m.group(1)), key))
+    timed.sort(reverse=True)
+    cutoff_ms = (now - max_age_s) * 1000
+    return [key for i, (ms, key) in enumerate(timed) if i >= keep or ms < cutoff_ms]
+
+
+def prune_events(keep: int = EVENTS_KEEP, max_age_s: float = EVENTS_MAX_AGE_S) -> int:
+    """Delete stale events (the gateway agent calls this now and then); returns how many."""
+    keys = [k.decode(errors="replace") for k in _keys(EVENT)]
+    stale = stale_event_keys(keys, time.time(), keep, max_age_s)
+    for key in stale:
+        delete(key)
+    return len(stale)
+
+
+# --- malformed records: skipped, and counted once per distinct (key, value) --------------
+malformed: Counter[str] = Counter()
+_seen: OrderedDict[tuple[str, int], None] = OrderedDict()
+_SEEN_MAX = 4096
+_seen_lock = threading.Lock()
+
+
+def _note_malformed(kind: str, key: str, raw: bytes, exc: Exception) -> None:
+    with _seen_lock:
+        mark = (key, hash(raw))
+        if mark in _seen:
+            _seen.move_to_end(mark)
+            return
+        _seen[mark] = None
+        if len(_seen) > _SEEN_MAX:
+            _seen.popitem(last=False)
+        malformed[kind] += 1
+    log.warning("raydbg: skipped malformed %s record %s: %s", kind, validate.escape(key, 120),
+                validate.escape(exc, 200))
+    try:
+        from raydbg import telemetry  # lazy: OpenTelemetry costs a pausing worker ~130 ms
+
+        telemetry.counter("raydbg.registry.malformed", "{record}",
+                          "Malformed records skipped in GCS KV").add(1, kind=kind)
+    except Exception:
+        log.debug("raydbg: no telemetry for malformed records", exc_info=True)

@@ -20,6 +20,7 @@ from raydbg.agent.token import agent_token
 log = logging.getLogger("raydbg.agent")
 
 HEARTBEAT_S = 1.0
+PRUNE_EVERY_S = 60.0
 
 
 class NodeAgent:
@@ -91,7 +92,15 @@ class NodeAgent:
             log.warning("raydbg gateway listening on %s:%s (token required)", self.node_ip, self.port)
 
     def _heartbeat(self) -> None:
+        next_prune = 0.0
         while not self._stop.wait(HEARTBEAT_S):
+            if self.is_head and time.monotonic() >= next_prune:
+                # The event log is bounded (registry.EVENTS_KEEP, EVENTS_MAX_AGE_S); the gateway prunes.
+                next_prune = time.monotonic() + PRUNE_EVERY_S
+                try:
+                    registry.prune_events()
+                except Exception:
+                    log.exception("raydbg agent: pruning events failed")
             try:
                 self.record["memory"] = nodes.node_memory()
                 self.record["workers"] = nodes.count_ray_workers()

@@ -13,6 +13,10 @@ MAX_BODY = 64 * 1024 * 1024
 class DapStreamError(Exception):
     """The client sent bytes that are not DAP."""
 
+    def __init__(self, message: str) -> None:
+        # It becomes a WebSocket close reason, which must fit a control frame (123 bytes).
+        super().__init__(message if len(message) <= 100 else message[:97] + "...")
+
 
 def encode(message: dict[str, Any]) -> bytes:
     body = json.dumps(message, separators=(",", ":")).encode()
@@ -56,11 +60,14 @@ class DapReframer:
             del self._buf[:start + length]
             try:
                 message = json.loads(body)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # deep nesting: not a crash
                 raise DapStreamError(f"DAP body is not JSON: {exc}") from None
             if not isinstance(message, dict):
                 raise DapStreamError("DAP message is not a JSON object")
-            out.append(encode(rewrite(message)))
+            try:
+                out.append(encode(rewrite(message)))
+            except (ValueError, RecursionError) as exc:
+                raise DapStreamError(f"DAP message cannot be re-encoded: {exc}") from None
 
 
 def _content_length(header: bytes) -> int:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
-from raydbg.agent.dap_rewrite import DapReframer, DapStreamError
+from raydbg.agent.dap_rewrite import MAX_BODY, MAX_HEADER, DapReframer, DapStreamError
 
 log = logging.getLogger("raydbg.agent")
 
@@ -17,6 +18,20 @@ CLOSE_BAD_TOKEN = 4401
 CLOSE_UNKNOWN_SESSION = 4404
 CLOSE_BUSY = 4409
 CLOSE_UNREACHABLE = 4502
+
+# The biggest WebSocket message taken: one whole DAP message the reframer accepts.
+MAX_MESSAGE = MAX_HEADER + MAX_BODY
+CONNECT_TIMEOUT_S = 10.0
+HEARTBEAT_S = 10.0
+
+
+def heartbeat_s() -> float:
+    """Ping interval of relay WebSockets; a peer silent for 1.5x this is dropped (its session freed)."""
+    try:
+        value = float(os.environ.get("RAYDBG_WS_HEARTBEAT_S", HEARTBEAT_S))
+    except ValueError:
+        return HEARTBEAT_S
+    return value if 0.5 <= value <= 3600 else HEARTBEAT_S
 
 
 async def to_debugpy(ws: web.WebSocketResponse, port: int) -> None:
@@ -80,15 +95,52 @@ async def _tcp_to_ws(reader: asyncio.StreamReader, ws: web.WebSocketResponse) ->
             await ws.close()
 
 
-async def to_agent(ws: web.WebSocketResponse, url: str, token: str) -> None:
-    """Pipe a client WebSocket to another node's agent (same path, same token)."""
-    async with aiohttp.ClientSession() as http:
-        try:
-            peer = await http.ws_connect(url, headers={"Authorization": f"Bearer {token}"}, max_msg_size=0)
-        except (aiohttp.ClientError, OSError) as exc:
-            await ws.close(code=CLOSE_UNREACHABLE, message=f"node agent unreachable: {exc}".encode())
-            return
+class PeerRefused(Exception):
+    """Another node's agent did not take the relay; `status` is the HTTP answer to pass on."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+async def open_agent(url: str, token: str) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse]:
+    """Open the relay WebSocket to another node's agent (same path, same token).
+
+    Done before the client's own upgrade, so the peer's 404/409 reach the client as such.
+    """
+    http = aiohttp.ClientSession()
+    try:
+        peer = await asyncio.wait_for(http.ws_connect(
+            url, headers={"Authorization": f"Bearer {token}"}, max_msg_size=MAX_MESSAGE,
+            heartbeat=heartbeat_s(),
+        ), CONNECT_TIMEOUT_S)
+    except aiohttp.WSServerHandshakeError as exc:
+        await http.close()
+        raise PeerRefused(exc.status if exc.status in (404, 409) else 502,
+                          f"the session's node agent answered HTTP {exc.status}") from None
+    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        await http.close()
+        raise PeerRefused(502, f"the session's node agent is unreachable: {type(exc).__name__}") from None
+    return http, peer
+
+
+async def pipe_agent(ws: web.WebSocketResponse, http: aiohttp.ClientSession,
+                     peer: aiohttp.ClientWebSocketResponse) -> None:
+    """Pipe a client WebSocket to an opened agent WebSocket until either side ends."""
+    try:
         await asyncio.gather(_ws_pipe(ws, peer), _ws_pipe(peer, ws))
+    finally:
+        if not peer.closed:
+            await peer.close()
+        await http.close()
+
+
+def _close_code(src: Any) -> int:
+    """The code to pass on when `src` closed: its own when it is one a peer may send."""
+    code = src.close_code
+    if isinstance(code, int) and (3000 <= code <= 4999 or code in (1000, 1001, 1003, 1007, 1008, 1009, 1011)):
+        return code
+    return CLOSE_UNREACHABLE if code is not None else 1000
 
 
 async def _ws_pipe(src: Any, dst: Any) -> None:
@@ -104,4 +156,4 @@ async def _ws_pipe(src: Any, dst: Any) -> None:
         pass
     finally:
         if not dst.closed:
-            await dst.close()
+            await dst.close(code=_close_code(src))

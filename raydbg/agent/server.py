@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
@@ -15,11 +13,14 @@ from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
 import raydbg
-from raydbg import auth, registry, telemetry
-from raydbg.agent import relay
+from raydbg import auth, registry, telemetry, validate
+from raydbg.agent import dial, feed, relay
 from raydbg.telemetry import prometheus
 
 log = logging.getLogger("raydbg.agent")
+
+SSE_KEEPALIVE_S = 15.0
+SSE_WRITE_TIMEOUT_S = 30.0
 
 # Fields of a session record that stay inside raydbg (the loopback debugpy port).
 PRIVATE_FIELDS = ("port",)
@@ -53,6 +54,7 @@ class AgentServer:
         self.relays = 0
         self._busy_pids: set[int] = set()
         self.extra_routes: list[web.RouteDef] = []
+        self.feed = feed.SessionFeed(self._public_sessions)
 
     # --- plumbing -------------------------------------------------------------
     async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -61,7 +63,9 @@ class AgentServer:
     def refuse(self, request: web.Request, reason: str) -> None:
         self.refused[reason] += 1
         RELAY.add(1, outcome="refused", reason=reason)
-        log.warning("raydbg agent: refused %s %s from %s (%s)", request.method, request.path, request.remote, reason)
+        # Client-controlled text is escaped: a path with CR/LF or ANSI codes cannot forge log lines.
+        log.warning("raydbg agent: refused %s %s from %s (%s)", validate.escape(request.method, 16),
+                    validate.escape(request.path), validate.escape(request.remote, 64), reason)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Callable[..., Any]) -> web.StreamResponse:
@@ -125,6 +129,7 @@ class AgentServer:
             "sessions": len(sessions),
             "refused": dict(self.refused),
             "relays": self.relays,
+            "malformed_records": {**dict.fromkeys(validate.SCHEMAS, 0), **registry.malformed},
         })
 
     async def sessions(self, request: web.Request) -> web.Response:
@@ -152,54 +157,92 @@ class AgentServer:
     async def agents(self, request: web.Request) -> web.Response:
         return web.json_response(await self._blocking(registry.agents))
 
+    async def _public_sessions(self) -> list[dict[str, Any]]:
+        return [public(r) for r in await self._blocking(registry.sessions)]
+
     async def stream(self, request: web.Request) -> web.StreamResponse:
-        """Server-Sent Events: the session list whenever it changes."""
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
-        last, last_sent = None, 0.0
-        while True:
-            recs = [public(r) for r in await self._blocking(registry.sessions)]
-            body = json.dumps(recs)
-            if body != last or time.monotonic() - last_sent > 15:
-                await resp.write(f"event: sessions\ndata: {body}\n\n".encode())
-                last, last_sent = body, time.monotonic()
-            await asyncio.sleep(0.25)
+        """Server-Sent Events: the session list whenever it changes (one poller for all clients)."""
+        try:
+            self.feed.join()
+        except feed.TooManyClients as exc:
+            return web.json_response({"error": f"{exc}; try again later"}, status=503)
+        try:
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+            await resp.prepare(request)
+            seen = -1
+            while True:
+                # Unchanged lists are sent again every KEEPALIVE_S: clients see the stream is alive.
+                seen, body = await self.feed.next(seen, SSE_KEEPALIVE_S)
+                # A client that stops reading is dropped, not waited for.
+                await asyncio.wait_for(resp.write(f"event: sessions\ndata: {body}\n\n".encode()),
+                                       SSE_WRITE_TIMEOUT_S)
+        except (asyncio.TimeoutError, ConnectionError):
+            return resp
+        finally:
+            self.feed.leave()
 
     # --- DAP relay ------------------------------------------------------------
-    async def dap(self, request: web.Request) -> web.StreamResponse:
-        sid = request.match_info["id"]
-        rec = await self._blocking(registry.get, registry.SESSION + sid)
-        if rec is None:
-            return web.json_response({"error": f"no paused session {sid}"}, status=404)
-        mine = rec.get("node_id") == self.node_id
-        pid = int(rec.get("pid", 0))
-        if mine and not rec.get("port"):
-            return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
-        if mine and pid in self._busy_pids:
-            return web.json_response({"error": f"a client is already attached to worker {pid}"}, status=409)
-        ws = web.WebSocketResponse(max_msg_size=0)
-        await ws.prepare(request)
+    def _websocket(self) -> web.WebSocketResponse:
+        # Bounded messages; a client that stops answering pings is dropped and its session freed.
+        return web.WebSocketResponse(max_msg_size=relay.MAX_MESSAGE, heartbeat=relay.heartbeat_s())
+
+    def _accepted(self) -> None:
         self.relays += 1
         RELAY.add(1, outcome="accepted", reason="dap")
         ACTIVE.add(1)
-        try:
-            return await self._relay(ws, rec, sid, mine, pid)
-        finally:
-            ACTIVE.add(-1)
 
-    async def _relay(self, ws: web.WebSocketResponse, rec: dict[str, Any], sid: str, mine: bool,
-                     pid: int) -> web.WebSocketResponse:
-        if not mine:
-            agent = await self._blocking(registry.get, registry.AGENT + str(rec.get("node_id")))
-            if agent is None:
-                await ws.close(code=relay.CLOSE_UNREACHABLE, message=b"no agent on the session's node")
-                return ws
-            url = f"http://{agent['node_ip']}:{agent['port']}/api/v1/sessions/{sid}/dap"
-            await relay.to_agent(ws, url, self.token)
-            return ws
+    async def dap(self, request: web.Request) -> web.StreamResponse:
+        sid = request.match_info["id"]
+        rec = await self._blocking(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
+        if rec is None:
+            return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
+        if rec["node_id"] != self.node_id:
+            return await self._relay_remote(request, rec, sid)
+        pid = int(rec["pid"])
+        if not rec.get("port"):
+            return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
+        # Checked and claimed with no await in between: of clients racing here, one wins.
+        if pid in self._busy_pids:
+            return web.json_response({"error": f"a client is already attached to worker {pid}"}, status=409)
         self._busy_pids.add(pid)
         try:
-            await relay.to_debugpy(ws, int(rec["port"]))
+            ws = self._websocket()
+            await ws.prepare(request)
+            self._accepted()
+            try:
+                return await self._relay(ws, rec)
+            finally:
+                ACTIVE.add(-1)
         finally:
             self._busy_pids.discard(pid)
+
+    async def _relay_remote(self, request: web.Request, rec: dict[str, Any], sid: str) -> web.StreamResponse:
+        """Relay to the agent of the session's node, at the address Ray gives (raydbg.agent.dial)."""
+        try:
+            url = await self._blocking(dial.resolve, rec["node_id"], sid)
+        except dial.DialRefused as exc:
+            self.refuse(request, "dial")
+            log.warning("raydbg agent: not relaying session %s: %s", sid, exc)
+            return web.json_response({"error": f"not relaying session {sid}: {exc}"}, status=502)
+        try:
+            http, peer = await relay.open_agent(url, self.token)
+        except relay.PeerRefused as exc:
+            return web.json_response({"error": f"session {sid}: {exc}"}, status=exc.status)
+        ws = self._websocket()
+        try:
+            await ws.prepare(request)
+        except BaseException:
+            await peer.close()
+            await http.close()
+            raise
+        self._accepted()
+        try:
+            await relay.pipe_agent(ws, http, peer)
+        finally:
+            ACTIVE.add(-1)
+        return ws
+
+    async def _relay(self, ws: web.WebSocketResponse, rec: dict[str, Any]) -> web.WebSocketResponse:
+        """Relay to the session's worker on this node."""
+        await relay.to_debugpy(ws, int(rec["port"]))
         return ws

@@ -9,6 +9,12 @@ from typing import Any
 import aiohttp
 
 from raydbg.dap.errors import DapConnectionLost
+from raydbg.dap.framing import MAX_BODY_BYTES
+
+# The biggest WebSocket message taken: one whole DAP message (header and body).
+MAX_WS_MESSAGE = 4096 + MAX_BODY_BYTES
+# Ping interval: a gateway that stops answering is noticed within 1.5x this, not hours later.
+WS_HEARTBEAT_S = 10.0
 
 # Close codes of the raydbg DAP relay (docs/architecture.md, "DAP relay").
 RELAY_CLOSE_REASONS = {
@@ -16,6 +22,15 @@ RELAY_CLOSE_REASONS = {
     4404: "no such debug session (4404): it may have resumed or its worker died",
     4409: "another client is already attached to this worker (4409)",
     4502: "the paused process cannot be reached (4502): its worker may have died",
+}
+
+HANDSHAKE_REASONS = {
+    401: "the gateway refused the token (HTTP 401): check RAYDBG_TOKEN or --token-file",
+    404: "no such debug session (HTTP 404): it may have resumed or its worker died",
+    409: "session not attachable yet, or another client is attached (HTTP 409)",
+    502: "the gateway would not relay to the session's node (HTTP 502): Ray does not list "
+         "its node alive with a raydbg agent at its address",
+    503: "the gateway is busy (HTTP 503): try again",
 }
 
 
@@ -168,26 +183,21 @@ async def open_websocket(
     own = session is None
     client = session or aiohttp.ClientSession()
     headers = {"Authorization": f"Bearer {token}"} if token else {}
+    options: dict[str, Any] = {"max_msg_size": MAX_WS_MESSAGE, "heartbeat": WS_HEARTBEAT_S, "autoping": True}
+    options.update(ws_kwargs)
     try:
         connect = client.ws_connect(
             url,
             headers=headers,
             timeout=aiohttp.ClientWSTimeout(ws_close=timeout),
-            max_msg_size=0,
-            autoping=True,
-            **ws_kwargs,
+            **options,
         )
         ws = await asyncio.wait_for(connect, timeout)
     except aiohttp.WSServerHandshakeError as exc:
         if own:
             await client.close()
-        reason = {
-            401: "the gateway refused the token (HTTP 401): check RAYDBG_TOKEN or --token-file",
-            404: "no such debug session (HTTP 404): it may have resumed or its worker died",
-            409: "session not attachable yet, or another client is attached (HTTP 409)",
-        }
         raise DapConnectionLost(
-            reason.get(exc.status, f"DAP relay refused the connection (HTTP {exc.status})")
+            HANDSHAKE_REASONS.get(exc.status, f"DAP relay refused the connection (HTTP {exc.status})")
         ) from None
     except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
         if own:

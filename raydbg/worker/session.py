@@ -11,6 +11,7 @@ from types import FrameType
 
 from raydbg import config, registry
 from raydbg.records import SessionRecord, new_session_id
+from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, cap_text
 from raydbg.worker import context, debugger, resume, train
 
 log = logging.getLogger("raydbg.worker")
@@ -45,20 +46,29 @@ def metrics() -> _Metrics:
     return _metrics
 
 
+def _safe_str(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a broken __str__ must not lose the pause
+        return f"<{type(exc).__name__}: str() failed>"
+
+
 def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None) -> SessionRecord:
     thread = threading.current_thread()
     exception = None
     if exc_info is not None:
+        # Capped: an exception's text is the user's (or an attacker's) and can be huge.
+        # The traceback keeps its tail, where the raising frame is.
         exception = {
-            "type": exc_info[0].__name__,
-            "message": str(exc_info[1]),
-            "traceback": "".join(traceback.format_exception(*exc_info)),
+            "type": cap_text(exc_info[0].__name__, 256),
+            "message": cap_text(_safe_str(exc_info[1]), EXC_MESSAGE_CHARS),
+            "traceback": cap_text("".join(traceback.format_exception(*exc_info)), EXC_TRACEBACK_CHARS, "tail"),
         }
     return SessionRecord(
         id=new_session_id(),
         pid=os.getpid(),
         thread_id=thread.ident or 0,
-        thread_name=thread.name,
+        thread_name=cap_text(thread.name, 256),
         file=os.path.abspath(frame.f_code.co_filename),
         line=frame.f_lineno,
         function=frame.f_code.co_name,
