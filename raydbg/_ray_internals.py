@@ -96,6 +96,8 @@ def train_runs(timeout: float = 5.0) -> list[dict[str, Any]]:
     actor = get_state_actor()
     if actor is None:
         return []
+    runs: dict[str, Any]
+    attempts: dict[str, Any]
     runs, attempts = ray.get([actor.get_train_runs.remote(), actor.get_train_run_attempts.remote()],
                              timeout=timeout)
     out = []

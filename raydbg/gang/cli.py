@@ -1,0 +1,49 @@
+"""`raydbg stacks`: every worker's stacks, cluster-wide, grouped into classes (report or --json)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+
+def stacks_path(job: str | None, run: str | None, native: bool, pyspy: bool = True) -> str:
+    q = {"native": "1" if native else "0"}
+    if job:
+        q["job"] = job
+    if run:
+        q["run"] = run
+    if not pyspy:
+        q["pyspy"] = "0"
+    return "/api/v1/stacks?" + urlencode(q)
+
+
+def cmd_stacks(args: argparse.Namespace) -> int:
+    from raydbg.cli import _gateway
+    from raydbg.gang.report import render
+
+    gw = _gateway(args)
+    answer = asyncio.run(gw.get(stacks_path(args.job, args.run, args.native, not args.no_pyspy),
+                                timeout=args.timeout))
+    if args.json:
+        print(json.dumps(answer, indent=2, sort_keys=True))
+    else:
+        print(render(answer, all_threads=args.all_threads))
+    return 0
+
+
+def register(sub: Any) -> None:
+    from raydbg.cli import _common
+
+    p = sub.add_parser("stacks", help="Python stacks of every Ray worker, grouped; odd ones first")
+    p.add_argument("--job", help="only this Ray job (hex id)")
+    p.add_argument("--run", help="only this Ray Train run (name or id)")
+    p.add_argument("--native", action="store_true", help="include native (C/C++) frames (py-spy --native)")
+    p.add_argument("--all-threads", action="store_true", help="also print every thread of every worker")
+    p.add_argument("--no-pyspy", action="store_true",
+                   help="only the cooperative fallback (no ptrace stop of the workers)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the gateway")
+    _common(p)
+    p.set_defaults(fn=cmd_stacks)

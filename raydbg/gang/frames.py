@@ -1,0 +1,111 @@
+"""Which stack frames are the user's and which are library internals; collective detection (pure).
+
+One place decides what a stack report folds away: the standard library, installed
+packages (Ray, torch, debugpy...), raydbg itself and native frames. What is left is
+the user's code, which is what a class summary names.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+Frame = dict[str, Any]  # {"function", "file", "line"}
+
+_RAYDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_STDLIB = re.compile(r"/lib/python3\.\d+/")
+# raydbg installed elsewhere than here (another node's checkout): its subpackages by name.
+_RAYDBG_ELSEWHERE = re.compile(r"/raydbg/(worker|agent|gang|dap|memory|telemetry)/")
+_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/")
+_NATIVE_SUFFIXES = (".so", ".dylib", ".dll")
+
+# torch.distributed (and ray.util.collective) calls that block until peers join.
+COLLECTIVES = frozenset({
+    "all_reduce", "all_reduce_coalesced", "all_gather", "all_gather_into_tensor",
+    "all_gather_object", "all_gather_coalesced", "broadcast", "broadcast_object_list",
+    "barrier", "monitored_barrier", "reduce", "reduce_scatter", "reduce_scatter_tensor",
+    "all_to_all", "all_to_all_single", "gather", "gather_object", "scatter",
+    "scatter_object_list", "send", "recv", "send_object_list", "recv_object_list",
+    "batch_isend_irecv", "wait", "allreduce", "allgather", "reducescatter",
+})
+_COLLECTIVE_MODULES = ("torch/distributed/", "ray/util/collective/")
+# Native frames of the communication libraries (py-spy --native).
+_NATIVE_COLLECTIVE = re.compile(r"gloo::|nccl|c10d::|ProcessGroupGloo|ProcessGroupNCCL", re.I)
+
+
+def is_native(frame: Frame) -> bool:
+    file = str(frame.get("file") or "")
+    return file.endswith(_NATIVE_SUFFIXES) or ".so." in file or not frame.get("line")
+
+
+def is_internal(frame: Frame) -> bool:
+    """True for frames a user did not write: stdlib, installed packages, raydbg, native code."""
+    file = str(frame.get("file") or "")
+    if is_native(frame) or file.startswith("<frozen"):
+        return True
+    if file.startswith(_RAYDBG_DIR) or _RAYDBG_ELSEWHERE.search(file):
+        return True
+    return any(m in file for m in _LIBRARY_MARKS) or bool(_STDLIB.search(file))
+
+
+def short_name(function: str) -> str:
+    """`ProcessGroup.all_reduce` -> `all_reduce` (py-spy names carry the class)."""
+    return function.rsplit(".", 1)[-1]
+
+
+def collective_frame(frames: Sequence[Frame]) -> Frame | None:
+    """The outermost collective call in a stack (innermost first), if the thread is in one."""
+    found = None
+    for frame in frames:
+        name = short_name(str(frame.get("function") or ""))
+        file = str(frame.get("file") or "").replace(os.sep, "/")
+        if name in COLLECTIVES and any(m in file for m in _COLLECTIVE_MODULES):
+            found = frame
+        elif is_native(frame) and _NATIVE_COLLECTIVE.search(str(frame.get("function") or "")):
+            found = found or frame
+    return found
+
+
+def user_frames(frames: Iterable[Frame]) -> list[Frame]:
+    return [f for f in frames if not is_internal(f)]
+
+
+def where(frame: Frame) -> str:
+    return f"{os.path.basename(str(frame.get('file') or '?'))}:{frame.get('line')}"
+
+
+def summary(frames: Sequence[Frame], paused: bool = False, depth: int = 1) -> str:
+    """One line for a stack: `all_reduce <- train_step train_loop.py:104`.
+
+    The innermost library call (folded frames' name) <- the innermost `depth` user frames.
+    """
+    users = user_frames(frames)[:depth]
+    user_text = " <- ".join(f"{f.get('function')} {where(f)}" for f in users)
+    if paused:
+        top = users[0] if users else (frames[0] if frames else {})
+        return f"paused at breakpoint  {where(top)} {top.get('function', '?')}"
+    coll = collective_frame(frames)
+    lib = coll if coll is not None else (frames[0] if frames and is_internal(frames[0]) else None)
+    if lib is not None and users:
+        return f"{short_name(str(lib.get('function')))} <- {user_text}"
+    if users:
+        return user_text
+    if frames:
+        return f"{short_name(str(frames[0].get('function')))} {where(frames[0])} (library)"
+    return "(no Python frames)"
+
+
+_IDLE_FUNCTIONS = frozenset({
+    "wait", "acquire", "sleep", "select", "poll", "epoll", "get", "_wait_for_tstate_lock",
+    "recv", "recv_into", "accept", "readline", "_worker", "run_forever", "_run_once",
+})
+
+
+def looks_idle(frames: Sequence[Frame]) -> bool:
+    """For sources that do not say (faulthandler): a thread waiting inside the stdlib."""
+    if not frames:
+        return True
+    top = frames[0]
+    return is_internal(top) and short_name(str(top.get("function"))) in _IDLE_FUNCTIONS

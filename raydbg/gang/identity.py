@@ -1,0 +1,122 @@
+"""Who each Ray worker on this node is: job, task or actor, Train run and ranks, paused or not.
+
+Sources, cheapest first: the raylet's children and their `ray::` process titles (psutil),
+raydbg's session records (paused threads, with job and Train rank), GCS's actor table
+(actor id, name, job; works without the dashboard), GCS task events only when a task
+worker's job is asked for, and Ray Train's state actor, read once per request by the
+gateway (`train_labels`) and passed down to the agents as labels.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import psutil
+
+# Ray's own processes and raydbg's agent: never a user's worker.
+NOT_WORKERS = frozenset({
+    "DashboardAgent", "RuntimeEnvAgent", "NodeAgent", "IDLE_SpillWorker", "IDLE_RestoreWorker",
+    "IDLE_DeleteWorker", "SpillWorker", "RestoreWorker", "DeleteWorker",
+})
+
+
+def title_name(title: str) -> str:
+    """`ray::Actor.method` -> `Actor.method` (`ray::IDLE` -> `IDLE`)."""
+    return title[5:].split(" ", 1)[0] if title.startswith("ray::") else title
+
+
+def node_processes(raylet_pid: int | None = None) -> dict[int, str]:
+    """{pid: title name} of the raylet's worker children (the agent runs under the same raylet)."""
+    try:
+        raylet = psutil.Process(raylet_pid or os.getppid())
+        children = raylet.children()
+    except psutil.Error:
+        return {}
+    out = {}
+    for p in children:
+        try:
+            name = title_name(p.cmdline()[0] if p.cmdline() else p.name())
+        except (psutil.Error, IndexError):
+            continue
+        if name and name not in NOT_WORKERS and p.pid != os.getpid():
+            out[p.pid] = name
+    return out
+
+
+def base_identity(pid: int, title: str, node_id: str, node_ip: str) -> dict[str, Any]:
+    return {
+        "node_id": node_id, "node_ip": node_ip, "pid": pid, "job_id": None, "actor_id": None,
+        "actor_name": None, "task_name": None if title == "IDLE" else title, "idle_worker": title == "IDLE",
+        "train_run": None, "world_rank": None, "local_rank": None, "world_size": None,
+        "paused": False, "session_ids": [], "paused_threads": [],
+    }
+
+
+def apply_actors(ids: dict[int, dict[str, Any]], actors: Iterable[Any]) -> None:
+    for a in actors:
+        w = ids.get(int(a.pid))
+        if w is not None:
+            w.update(actor_id=a.actor_id, actor_name=a.name or a.class_name, job_id=a.job_id or w["job_id"])
+
+
+def apply_sessions(ids: dict[int, dict[str, Any]], sessions: Iterable[dict[str, Any]], node_id: str) -> None:
+    """Paused by raydbg: the worker's session records (one per paused thread)."""
+    for rec in sessions:
+        if rec.get("node_id") != node_id:
+            continue
+        w = ids.get(int(rec.get("pid") or 0))
+        if w is None:
+            continue
+        w["paused"] = True
+        w["session_ids"].append(rec.get("id"))
+        w["paused_threads"].append(rec.get("thread_id"))
+        w["job_id"] = w["job_id"] or rec.get("job_id")
+        for mine, theirs in (("world_rank", "train_rank"), ("train_run", "train_run"),
+                             ("local_rank", "train_local_rank"), ("world_size", "train_world_size")):
+            if w[mine] is None and rec.get(theirs) is not None:
+                w[mine] = rec[theirs]
+
+
+def apply_labels(w: dict[str, Any], labels: dict[str, Any] | None) -> None:
+    for k, v in (labels or {}).items():
+        if v is not None:
+            w[k] = v
+
+
+def train_labels(runs: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """{(node_id, pid): Train labels} from `_ray_internals.train_runs()` (pure)."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for run in runs:
+        for w in run["workers"]:
+            out[(str(w["node_id"]), int(w["pid"]))] = {
+                "train_run": run["name"], "train_run_id": run["run_id"], "job_id": run["job_id"],
+                "world_rank": w["world_rank"], "local_rank": w["local_rank"],
+                "world_size": run["world_size"], "actor_id": w["actor_id"],
+            }
+    return out
+
+
+def node_workers(node_id: str, node_ip: str, pids: set[int] | None = None,
+                 want_task_jobs: bool = False) -> list[dict[str, Any]]:
+    """Identity of every Ray worker on this node (or of `pids`), blocking (GCS reads)."""
+    from raydbg import registry
+
+    procs = node_processes()
+    if pids is not None:
+        procs = {p: t for p, t in procs.items() if p in pids}
+    ids = {pid: base_identity(pid, title, node_id, node_ip) for pid, title in procs.items()}
+    if not ids:
+        return []
+    from raydbg.memory.whois import GcsView
+
+    view = GcsView()
+    apply_actors(ids, view.actors(node_id))
+    apply_sessions(ids, registry.sessions(), node_id)
+    if want_task_jobs and any(w["job_id"] is None and not w["idle_worker"] for w in ids.values()):
+        for t in view.running_tasks(node_id):  # every task event: only when a job filter needs it
+            w = ids.get(t.worker_pid)
+            if w is not None and w["job_id"] is None:
+                w["job_id"] = t.job_id
+    return sorted(ids.values(), key=lambda w: w["pid"])

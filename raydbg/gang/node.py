@@ -1,0 +1,73 @@
+"""One node's WorkerStacks: identify the Ray workers here, then dump them in parallel.
+
+py-spy first (unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in
+the request), the cooperative signal handler of raydbg-activated workers when py-spy
+fails (no ptrace rights) or is off. A worker whose stacks cannot be taken carries an
+`error`; it never fails the node's answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from raydbg.gang import cooperative, identity, pyspy
+
+PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
+
+
+def pyspy_enabled() -> bool:
+    return os.environ.get("RAYDBG_STACKS_PYSPY", "1") != "0"
+
+
+def mark_paused(threads: list[dict[str, Any]], paused_ids: list[Any]) -> None:
+    paused = {int(t) for t in paused_ids if t is not None}
+    for t in threads:
+        t["paused"] = bool(t.get("paused")) or int(t.get("thread_id") or 0) in paused
+
+
+async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
+                        timeout: float = pyspy.DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+    """Fill `w` (an identity) with threads and source; `error` when no source worked."""
+    errors = []
+    if use_pyspy:
+        try:
+            w["threads"], w["source"] = await pyspy.dump(int(w["pid"]), native, timeout), "py-spy"
+        except pyspy.StackError as exc:
+            errors.append(str(exc))
+    if "threads" not in w:
+        try:
+            threads, how = await cooperative.request(int(w["pid"]), timeout=min(timeout, 3.0))
+            w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", how
+        except (pyspy.StackError, OSError) as exc:
+            errors.append(str(exc))
+    if "threads" not in w:
+        w.update(threads=[], source=None, error="; ".join(errors))
+    mark_paused(w["threads"], w.pop("paused_threads", []))
+    w.pop("idle_worker", None)
+    return w
+
+
+async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = None, job: str | None = None,
+                      native: bool = False, use_pyspy: bool = True,
+                      labels: dict[int, dict[str, Any]] | None = None,
+                      blocking: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+    """WorkerStacks of this node's Ray workers (filtered by pids and job before any dump)."""
+    run = blocking or (lambda fn, *a: asyncio.get_running_loop().run_in_executor(None, partial(fn, *a)))
+    ids: list[dict[str, Any]] = await run(identity.node_workers, node_id, node_ip, pids, job is not None)
+    for w in ids:
+        identity.apply_labels(w, (labels or {}).get(int(w["pid"])))
+    if job is not None:
+        ids = [w for w in ids if w.get("job_id") == job]
+    ids = [w for w in ids if w.get("task_name") is not None or w.get("actor_id")]  # not idle workers
+    sem = asyncio.Semaphore(PARALLEL)
+    use_pyspy = use_pyspy and pyspy_enabled()
+
+    async def one(w: dict[str, Any]) -> dict[str, Any]:
+        async with sem:
+            return await worker_stacks(w, native, use_pyspy)
+
+    return list(await asyncio.gather(*(one(w) for w in ids)))

@@ -1,0 +1,72 @@
+"""Python stacks of one process with py-spy (`py-spy dump --json`), parsed into WorkerStacks threads."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import sys
+from typing import Any
+
+from raydbg.gang.frames import Frame
+
+DEFAULT_TIMEOUT_S = 5.0
+
+
+class StackError(Exception):
+    """Stacks of one process could not be taken; the message says why, in one line."""
+
+
+def find_pyspy() -> str | None:
+    """py-spy next to this interpreter (ray[default] installs it there), else on PATH."""
+    here = os.path.join(os.path.dirname(sys.executable), "py-spy")
+    if os.access(here, os.X_OK):
+        return here
+    return shutil.which("py-spy")
+
+
+def parse_dump(data: Any) -> list[dict[str, Any]]:
+    """py-spy's JSON (a list of threads, frames innermost first) -> contract threads."""
+    threads = []
+    for t in data if isinstance(data, list) else []:
+        frames: list[Frame] = [
+            {"function": str(f.get("name", "?")), "file": str(f.get("filename", "?")),
+             "line": int(f.get("line") or 0)}
+            for f in t.get("frames") or []
+        ]
+        threads.append({
+            "thread_id": int(t.get("thread_id") or 0),
+            "native_id": t.get("os_thread_id"),
+            "name": t.get("thread_name") or f"Thread-{t.get('os_thread_id')}",
+            "idle": not bool(t.get("active")),
+            "frames": frames,
+        })
+    return threads
+
+
+async def dump(pid: int, native: bool = False, timeout: float = DEFAULT_TIMEOUT_S,
+               pyspy: str | None = None) -> list[dict[str, Any]]:
+    """Every thread's stack of `pid` (idle ones too). Raises StackError, never hangs past timeout."""
+    exe = pyspy or find_pyspy()
+    if exe is None:
+        raise StackError("py-spy not found (it ships with ray[default])")
+    cmd = [exe, "dump", "--pid", str(pid), "--json"] + (["--native"] if native else [])
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    except OSError as exc:
+        raise StackError(f"py-spy could not start: {exc}") from None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except asyncio.TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise StackError(f"py-spy took longer than {timeout:g}s on pid {pid}") from None
+    if proc.returncode != 0:
+        text = (err or out).decode(errors="replace").strip().splitlines()
+        raise StackError(f"py-spy failed on pid {pid}: {text[-1] if text else f'exit {proc.returncode}'}")
+    try:
+        return parse_dump(json.loads(out))
+    except ValueError as exc:
+        raise StackError(f"py-spy printed no JSON for pid {pid}: {exc}") from None
