@@ -44,7 +44,8 @@ class SessionRecord:
     since: float = field(default_factory=time.time)
     state: str = "starting"
     cwd: str = ""
-    port: int | None = None  # loopback debugpy port; agents use it, the API never shows it
+    port: int | None = None  # compatibility mode's TCP debugpy port; the API never shows it
+    socket: str | None = None  # the worker's private debugger socket; the API never shows it
 
     @property
     def attachable(self) -> bool:

@@ -193,7 +193,7 @@ RAY_DRIVER = textwrap.dedent(
     import ray
     from raydbg import telemetry as tm
     tm.setup("driver")
-    ray.init(num_cpus=1, include_dashboard=False,
+    ray.init(address="local", num_cpus=1, include_dashboard=False,
              runtime_env={"env_vars": tm.runtime_env_vars()}, **tm.ray_init_kwargs())
 
     @ray.remote(max_retries=0)

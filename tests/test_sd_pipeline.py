@@ -25,7 +25,7 @@ def cluster() -> Iterator[None]:
     if ray.is_initialized():
         ray.shutdown()
     # More logical CPUs than cores: 2 Train workers and Data tasks must run together.
-    ray.init(num_cpus=8, include_dashboard=False)
+    ray.init(address="local", num_cpus=8, include_dashboard=False)
     yield
     ray.shutdown()
 

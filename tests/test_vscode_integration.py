@@ -52,7 +52,7 @@ def gateway() -> Iterator[Gateway]:
     os.environ.pop("RAYDBG_GATEWAY", None)
     # Workers cannot import tests/ modules; ship the target by value (file and lines stay).
     cloudpickle.register_pickle_by_value(vscode_targets)
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env=raydbg.runtime_env(),
+    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env=raydbg.runtime_env(),
              logging_level="WARNING")
     try:
         address = str(ray.get_runtime_context().gcs_address)

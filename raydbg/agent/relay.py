@@ -5,11 +5,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 
+from raydbg import debug_socket
 from raydbg.agent.dap_rewrite import MAX_BODY, MAX_HEADER, DapReframer, DapStreamError
 
 log = logging.getLogger("raydbg.agent")
@@ -34,8 +36,35 @@ def heartbeat_s() -> float:
     return value if 0.5 <= value <= 3600 else HEARTBEAT_S
 
 
-async def to_debugpy(ws: web.WebSocketResponse, port: int) -> None:
-    """Pipe a client WebSocket to debugpy at 127.0.0.1:port.
+@dataclass(frozen=True)
+class DebuggeeAddress:
+    """Where a session's worker on this node listens: its private socket (or, in
+    compatibility mode only, a loopback TCP port)."""
+
+    pid: int
+    socket: str | None
+    port: int | None
+
+    @classmethod
+    def of(cls, rec: dict[str, Any]) -> DebuggeeAddress:
+        return cls(int(rec.get("pid", 0)), rec.get("socket"), rec.get("port"))
+
+    async def open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if not self.socket:
+            return await asyncio.open_connection("127.0.0.1", int(self.port or 0))
+        path = debug_socket.expected_path(self.pid, self.socket)
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        # The listener must be the session's worker, running as us: a record in the KV
+        # names a pid, and only that process may be at the other end.
+        pid, uid, _ = debug_socket.peer_credentials(writer.get_extra_info("socket"))
+        if pid != self.pid or uid != os.getuid():
+            writer.close()
+            raise PermissionError(f"{path} is held by pid {pid} uid {uid}, not the session's worker")
+        return reader, writer
+
+
+async def to_debugpy(ws: web.WebSocketResponse, debuggee: DebuggeeAddress) -> None:
+    """Pipe a client WebSocket to the worker's debugger on this node.
 
     debugpy is only dialled once a whole DAP message has arrived: a bare connect+close
     wedges debugpy's adapter for good (FACTS.md), so nothing but a real client reaches it.
@@ -60,8 +89,8 @@ async def to_debugpy(ws: web.WebSocketResponse, port: int) -> None:
                 break
             if frames and writer is None:
                 try:
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-                except OSError as exc:
+                    reader, writer = await debuggee.open()
+                except (OSError, debug_socket.UnsafeDirError) as exc:
                     await ws.close(code=CLOSE_UNREACHABLE, message=f"debuggee unreachable: {exc}".encode())
                     break
                 pump = asyncio.ensure_future(_tcp_to_ws(reader, ws))

@@ -22,8 +22,8 @@ log = logging.getLogger("raydbg.agent")
 SSE_KEEPALIVE_S = 15.0
 SSE_WRITE_TIMEOUT_S = 30.0
 
-# Fields of a session record that stay inside raydbg (the loopback debugpy port).
-PRIVATE_FIELDS = ("port",)
+# Fields of a session record that stay inside raydbg (where the worker's debugger listens).
+PRIVATE_FIELDS = ("port", "socket")
 
 
 RELAY = telemetry.counter("raydbg.relay.connections", "{connection}", "Relay and API connections")
@@ -199,7 +199,7 @@ class AgentServer:
         if rec["node_id"] != self.node_id:
             return await self._relay_remote(request, rec, sid)
         pid = int(rec["pid"])
-        if not rec.get("port"):
+        if not (rec.get("socket") or rec.get("port")):
             return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
         # Checked and claimed with no await in between: of clients racing here, one wins.
         if pid in self._busy_pids:
@@ -244,5 +244,5 @@ class AgentServer:
 
     async def _relay(self, ws: web.WebSocketResponse, rec: dict[str, Any]) -> web.WebSocketResponse:
         """Relay to the session's worker on this node."""
-        await relay.to_debugpy(ws, int(rec["port"]))
+        await relay.to_debugpy(ws, relay.DebuggeeAddress.of(rec))
         return ws

@@ -10,74 +10,151 @@ import time
 from types import FrameType, TracebackType
 from typing import Any
 
+from raydbg import debug_socket
+
 log = logging.getLogger("raydbg.worker")
 
 ExcInfo = tuple[type[BaseException], BaseException, TracebackType]
 
 _lock = threading.Lock()
-_port: int | None = None
+_port: int | str | None = None  # TCP port in compatibility mode
+_door: debug_socket.Door | None = None
+_open_pauses = 0
 _tracing = False
 _paused_threads: set[int] = set()
 
 
-class _Requests:
-    """Counts DAP requests pydevd processes: tells an unseen stop from one the client handled."""
+class _Resumes:
+    """Threads the client itself resumed (continue, step, goto).
 
-    handled = 0  # every request but disconnect
-    detaches = 0
+    A DAP `disconnect` resumes every thread of the worker; a paused thread the client
+    never resumed must pause again for the next client, not run on.
+    """
+
+    by_client: set[str] = set()  # pydevd thread ids
+    all_by_client = 0  # continues of every thread ("*")
+    disconnecting = threading.local()
+
+    @classmethod
+    def note(cls, thread_id: str) -> None:
+        if getattr(cls.disconnecting, "on", False):
+            return
+        if thread_id == "*":
+            cls.all_by_client += 1
+        else:
+            cls.by_client.add(thread_id)
 
 
-def _count_requests() -> None:
-    # The reader thread binds this method when debugpy starts: patch the class before listen().
-    import json
+# pydevd's resume entry points and where their thread id argument sits (after self).
+_RESUMING = {"request_resume_thread": 0, "request_step": 1, "request_smart_step_into": 2,
+             "request_smart_step_into_by_func_name": 2, "request_set_next": 2}
 
-    from _pydevd_bundle.pydevd_process_net_command_json import PyDevJsonCommandProcessor
 
-    original = PyDevJsonCommandProcessor.process_net_command_json
-    if getattr(original, "_raydbg", False):
+def _track_client_resumes() -> None:
+    from _pydevd_bundle.pydevd_api import PyDevdAPI
+    from _pydevd_bundle.pydevd_comm import ReaderThread
+
+    if getattr(PyDevdAPI, "_raydbg", False):
         return
 
-    def process(self: Any, py_db: Any, json_contents: Any, send_response: bool = True) -> Any:
+    def noting(original: Any, index: int) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            thread_id = args[index] if len(args) > index else kwargs.get("thread_id")
+            if isinstance(thread_id, str):
+                _Resumes.note(thread_id)
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    for name, index in _RESUMING.items():
+        setattr(PyDevdAPI, name, noting(getattr(PyDevdAPI, name), index))
+
+    original_disconnect = PyDevdAPI.request_disconnect
+
+    def request_disconnect(self: Any, py_db: Any, resume_threads: bool) -> Any:
+        _Resumes.disconnecting.on = True
         try:
-            command = json.loads(json_contents).get("command")
-        except Exception:
-            command = None
-        if command == "disconnect":
-            _Requests.detaches += 1
-        else:
-            _Requests.handled += 1
-        return original(self, py_db, json_contents, send_response)
+            return original_disconnect(self, py_db, resume_threads)
+        finally:
+            _Resumes.disconnecting.on = False
 
-    process._raydbg = True  # type: ignore[attr-defined]
-    PyDevJsonCommandProcessor.process_net_command_json = process  # type: ignore[method-assign]
+    PyDevdAPI.request_disconnect = request_disconnect  # type: ignore[method-assign]
+
+    original_close = ReaderThread._terminate_on_socket_close
+
+    def on_socket_close(self: Any) -> None:
+        # A client gone without `disconnect` (socket closed, relay dropped): end its
+        # session as a disconnect would, or its paused threads stay "attached" for ever.
+        if not self._kill_received and self.py_db.is_attached():
+            PyDevdAPI().request_disconnect(self.py_db, resume_threads=True)
+        original_close(self)
+
+    ReaderThread._terminate_on_socket_close = on_socket_close  # type: ignore[method-assign]
+    PyDevdAPI._raydbg = True  # type: ignore[attr-defined]
 
 
-def ensure_listening(host: str = "127.0.0.1") -> int:
-    """Start debugpy in process (pydevd owns the loopback port) once per process; return the port."""
-    global _port
-    with _lock:
-        if _port is not None:
-            return _port
-        # Frozen stdlib modules are fine for us; pydevd's warning about them is noise.
-        os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-        # Importing pydevd installs its own sys.breakpointhook: keep ours.
-        ours = sys.breakpointhook
-        import debugpy
-        import debugpy.server  # noqa: F401  (puts pydevd on sys.path)
-        import pydevd  # noqa: F401
+def _start(host: str | None) -> None:
+    """Start debugpy in process once: behind the private door, or on TCP `host` (compat mode)."""
+    global _port, _door
+    # Frozen stdlib modules are fine for us; pydevd's warning about them is noise.
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
+    # Importing pydevd installs its own sys.breakpointhook: keep ours.
+    ours = sys.breakpointhook
+    import debugpy
+    import debugpy.server  # noqa: F401  (puts pydevd on sys.path)
+    import pydevd
 
-        _count_requests()
-        # Child processes of a worker are not ours to debug; keep debugpy out of them.
-        debugpy.configure(subProcess=False)
+    _track_client_resumes()
+    # Child processes of a worker are not ours to debug; keep debugpy out of them.
+    debugpy.configure(subProcess=False)
+    original = pydevd.create_server_socket
+    if host is None:
+        _door = debug_socket.Door(debug_socket.socket_path(os.getpid()))
+        door = _door
+        pydevd.create_server_socket = lambda host, port: door
+    try:
         # In-process adapter: no adapter subprocess (~750 ms) and per-thread `continue`
         # reaches pydevd (the separate adapter rewrites every continue to "all threads").
-        _, _port = debugpy.listen((host, 0), in_process_debug_adapter=True)
-        sys.breakpointhook = ours
-        # listen() turns tracing on in every thread: the worker would run ~2x slower
-        # for the rest of its life. Trace only while a client is attached.
-        _untrace_all()
-        _start_watcher()
-        return _port
+        _, _port = debugpy.listen((host or "127.0.0.1", 0), in_process_debug_adapter=True)
+    finally:
+        pydevd.create_server_socket = original
+    sys.breakpointhook = ours
+    # listen() turns tracing on in every thread: the worker would run ~2x slower
+    # for the rest of its life. Trace only while a client is attached.
+    _untrace_all()
+    _start_watcher()
+
+
+def open_door() -> str:
+    """Let clients in while this pause lasts; the worker's private socket path."""
+    global _open_pauses
+    with _lock:
+        if _door is None and _port is None:
+            _start(None)
+        if _door is None:
+            raise RuntimeError("raydbg: debugpy already listens on TCP (compatibility mode)")
+        _open_pauses += 1
+        _door.open()
+        return str(_door.path)
+
+
+def close_door() -> None:
+    """One pause ended; the socket goes away once no thread of this worker is paused."""
+    global _open_pauses
+    with _lock:
+        _open_pauses = max(0, _open_pauses - 1)
+        if _open_pauses == 0 and _door is not None:
+            _door.shut()
+
+
+def listen_tcp(host: str) -> int:
+    """Compatibility mode only: debugpy on TCP `host`, unauthenticated (the caller warns)."""
+    with _lock:
+        if _port is None and _door is None:
+            _start(host)
+        if _door is not None:
+            raise RuntimeError("raydbg: debugpy already listens on its private socket")
+        return int(_port or 0)
 
 
 def _py_db() -> Any:
@@ -156,12 +233,13 @@ def wait_for_client(timeout: float | None, poll: float = 0.02) -> bool:
 def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
     """Stop this thread in `frame` (the user's line, or the raising frame) until resumed.
 
-    Returns False when the client detached without ever handling this stop (it came
-    between its `continue` and its `disconnect`): the caller waits for the next client
-    instead of skipping the user's breakpoint (Ray's built-in skips it).
+    Returns False when the client left (disconnect, closed socket) without resuming this
+    thread itself: the caller waits for the next client instead of letting the thread run
+    on (a disconnect resumes every thread; Ray's built-in skips such a breakpoint).
     """
     from _pydevd_bundle.pydevd_additional_thread_info import set_additional_thread_info
     from _pydevd_bundle.pydevd_comm_constants import CMD_SET_BREAK
+    from _pydevd_bundle.pydevd_constants import get_current_thread_id
 
     thread = threading.current_thread()
     with _lock:
@@ -172,7 +250,9 @@ def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
         py_db = _py_db()
         info = set_additional_thread_info(thread)
         info.is_tracing += 1  # keep pydevd's tracer out of our own frames
-        handled, detaches = _Requests.handled, _Requests.detaches
+        pydevd_id = get_current_thread_id(thread)
+        _Resumes.by_client.discard(pydevd_id)
+        all_before = _Resumes.all_by_client
         try:
             py_db.set_trace_for_frame_and_parents(thread.ident, frame)
             if exc_info is not None:
@@ -189,7 +269,7 @@ def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
                 py_db.do_wait_suspend(thread, frame, "line", None)
         finally:
             info.is_tracing -= 1
-        return not (_Requests.detaches != detaches and _Requests.handled == handled)
+        return pydevd_id in _Resumes.by_client or _Resumes.all_by_client != all_before
     finally:
         with _lock:
             _paused_threads.discard(thread.ident or 0)

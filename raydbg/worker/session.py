@@ -105,6 +105,8 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
                 m.duration.record(time.time() - rec.since, reason=reason, outcome=outcome)
     finally:
         resume.done(rec)
+        if rec.socket:
+            debugger.close_door()
         try:
             registry.delete(registry.SESSION + rec.id)
         except Exception:
@@ -113,16 +115,16 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
 
 
 def _listen(rec: SessionRecord) -> None:
-    host = "127.0.0.1"
     if config.compat_bind_node_ip():
-        host = "0.0.0.0"  # node IP and loopback: Ray's tooling dials the former, the relay the latter
-    rec.port = debugger.ensure_listening(host)
-    if host != "127.0.0.1":
+        # Node IP and loopback: Ray's tooling dials the former, the relay the latter.
+        rec.port = debugger.listen_tcp("0.0.0.0")
         log.warning(
             "raydbg COMPATIBILITY MODE (RAYDBG_COMPAT_BIND_NODE_IP=1): the debugger of worker %s "
             "listens on %s:%s WITHOUT authentication; anyone who can reach this node can run "
             "code in this process while it is paused", rec.pid, rec.node_ip, rec.port,
         )
+    else:
+        rec.socket = debugger.open_door()
     rec.state = "waiting"
     _publish(rec)
 

@@ -62,6 +62,9 @@ class ThreadedActor:
         breakpoint()  # BP:threaded
         return local_value
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 class AsyncActor:
     async def work(self, n: int) -> int:
