@@ -30,6 +30,11 @@ class TuiGateway(Protocol):
 class HttpGateway(Gateway):
     """``raydbg.client.Gateway`` plus the DAP relay as a byte stream."""
 
+    async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
+        from raydbg.gang.cli import stacks_path
+
+        return dict(await self.get(stacks_path(job, run, False), timeout=60.0))
+
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]:
         try:
             return await open_websocket(self.url(f"/api/v1/sessions/{sid}/dap"), self.token)

@@ -23,6 +23,7 @@ class MainScreen(Screen[None]):
 
     BINDINGS = [
         Binding("slash", "filter", "Filter"),
+        Binding("g", "gang", "Gang view"),
         Binding("tab", "app.focus_next", "Next pane", show=True),
         Binding("shift+tab", "app.focus_previous", "Prev pane", show=False),
     ]
@@ -69,6 +70,11 @@ class MainScreen(Screen[None]):
             self.post_message(GatewayState(True, ""))
             tick += 1
             await asyncio.sleep(self.refresh_interval)
+
+    def action_gang(self) -> None:
+        from raydbg.tui.gang_view import GangScreen
+
+        self.app.push_screen(GangScreen(self.gateway))  # type: ignore[arg-type]
 
     def action_filter(self) -> None:
         self.query_one(SessionsPane).action_filter()

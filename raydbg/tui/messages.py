@@ -34,6 +34,13 @@ class GatewayState(Message):
 
 
 @dataclass
+class StacksUpdated(Message):
+    """A `GET /api/v1/stacks` answer: workers, stack classes, Train runs, errors."""
+
+    answer: dict[str, Any]
+
+
+@dataclass
 class AttachRequested(Message):
     session_id: str
 

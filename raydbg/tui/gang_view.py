@@ -1,0 +1,192 @@
+"""Gang view: pick a Ray job or Train run, see its stack classes by rank; Enter opens or attaches.
+
+`g` on the main screen opens it. The top table lists what there is to look at (every
+Train run, every job); the bottom one the chosen target's stack classes, odd ones
+first. Enter on a class attaches to a paused rank in it (the sessions pane's attach
+path: an AttachRequested message) or, when none is paused, shows its full stack.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Protocol
+
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Footer, Static
+
+from raydbg.gang import classes as C
+from raydbg.gang import frames as F
+from raydbg.tui.messages import AttachRequested, StacksUpdated
+from raydbg.tui.row_table import RowTable, set_border_title
+
+TARGET_COLUMNS = ("target", "workers", "held by", "waiting")
+CLASS_COLUMNS = ("ranks", "count", "state", "stack")
+
+
+class StacksGateway(Protocol):
+    address: str
+
+    async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]: ...
+
+
+def targets(answer: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
+    """Rows of the picker: `run:<job>:<name>` per Train run, `job:<id>` per job (pure)."""
+    rows: list[tuple[str, tuple[str, ...]]] = [("all", ("everything", str(len(answer.get("workers") or [])), "", ""))]
+    for run in answer.get("runs") or []:
+        rows.append((f"run:{run['job_id']}:{run['run']}", (
+            f"run {run['run']} (world size {run['world_size']})", str(len(run["ranks"])),
+            C.rank_ranges(run["held_by"]), C.rank_ranges(run["waiting"]))))
+    jobs: dict[str, int] = {}
+    for w in answer.get("workers") or []:
+        jobs[str(w.get("job_id") or "?")] = jobs.get(str(w.get("job_id") or "?"), 0) + 1
+    for job, n in sorted(jobs.items()):
+        rows.append((f"job:{job}", (f"job {job}", str(n), "", "")))
+    return rows
+
+
+def members_of(answer: dict[str, Any], target: str) -> list[dict[str, Any]]:
+    workers = [w for w in answer.get("workers") or [] if w.get("threads")]
+    if target.startswith("run:"):
+        _, job, name = target.split(":", 2)
+        return [w for w in workers if w.get("train_run") == name and str(w.get("job_id")) == job]
+    if target.startswith("job:"):
+        return [w for w in workers if str(w.get("job_id") or "?") == target[4:]]
+    return workers
+
+
+def class_rows(cls_list: list[dict[str, Any]], workers: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...]]]:
+    by = {(w.get("node_id"), w.get("pid")): w for w in workers}
+    rows: list[tuple[str, tuple[str, ...]]] = []
+    for cls in cls_list:
+        ranks = [m["world_rank"] for m in cls["members"] if m.get("world_rank") is not None]
+        if ranks and len(ranks) == len(cls["members"]):
+            who = ("rank " if len(ranks) == 1 else "ranks ") + C.rank_ranges(ranks)
+        else:
+            who = ", ".join(f"pid {m['pid']}" for m in cls["members"][:3]) + ("…" if cls["count"] > 3 else "")
+        state = "paused" if cls["paused"] else ("in collective" if cls["in_collective"] else "running")
+        if any(by.get((m["node_id"], m["pid"]), {}).get("session_ids") for m in cls["members"]):
+            state += " · attachable"
+        rows.append((cls["id"], (who, f"{cls['count']}/{cls['total']}", state, cls["summary"])))
+    return rows
+
+
+def session_to_attach(cls: dict[str, Any], workers: list[dict[str, Any]]) -> str | None:
+    by = {(w.get("node_id"), w.get("pid")): w for w in workers}
+    for m in cls["members"]:
+        ids = by.get((m["node_id"], m["pid"]), {}).get("session_ids") or []
+        if ids:
+            return str(ids[0])
+    return None
+
+
+class GangScreen(Screen[None]):
+    DEFAULT_CSS = """
+    #gang-status { height: 1; background: $primary-background; padding: 0 1; }
+    #gang-targets { height: 1fr; border: round $primary; }
+    #gang-classes { height: 2fr; border: round $primary; }
+    #gang-targets:focus, #gang-classes:focus { border: round $accent; }
+    """
+    BINDINGS = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("r", "reload", "Refresh"),
+    ]
+
+    def __init__(self, gateway: StacksGateway) -> None:
+        super().__init__()
+        self.gateway = gateway
+        self.answer: dict[str, Any] = {}
+        self.target = "all"
+        self.shown: list[dict[str, Any]] = []
+        self.shown_workers: list[dict[str, Any]] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("gang view · taking stacks…", id="gang-status")
+        yield RowTable(TARGET_COLUMNS, id="gang-targets")
+        yield RowTable(CLASS_COLUMNS, id="gang-classes")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#gang-targets", RowTable).border_title = "Jobs and Train runs"
+        self.query_one("#gang-classes", RowTable).border_title = "Stack classes"
+        self.query_one("#gang-targets", RowTable).focus()
+        self.load()
+
+    @work(exclusive=True, group="stacks")
+    async def load(self) -> None:
+        try:
+            answer = await self.gateway.stacks()
+        except Exception as exc:  # say it on the status line; the screen stays usable
+            self.query_one("#gang-status", Static).update(f"gang view · stacks failed: {exc}")
+            return
+        self.post_message(StacksUpdated(answer))
+
+    def action_reload(self) -> None:
+        self.query_one("#gang-status", Static).update("gang view · taking stacks…")
+        self.load()
+
+    def on_stacks_updated(self, message: StacksUpdated) -> None:
+        self.answer = message.answer
+        self.query_one("#gang-targets", RowTable).set_rows(targets(self.answer))
+        errors = self.answer.get("errors") or []
+        text = f"gang view · {len(self.answer.get('workers') or [])} workers in {self.answer.get('took_s', 0):.2f}s"
+        if errors:
+            text += f" · {len(errors)} error(s): {errors[0].get('error')}"
+        self.query_one("#gang-status", Static).update(text)
+        self.show_target(self.target)
+
+    def show_target(self, target: str) -> None:
+        self.target = target
+        self.shown_workers = members_of(self.answer, target)
+        self.shown = C.group(self.shown_workers)
+        table = self.query_one("#gang-classes", RowTable)
+        table.set_rows(class_rows(self.shown, self.shown_workers))
+        set_border_title(table, f"Stack classes of {target} ({len(self.shown)})")
+
+    def on_row_table_selected(self, event: RowTable.Selected) -> None:
+        event.stop()
+        if event.table.id == "gang-targets":
+            self.show_target(event.key)
+            self.query_one("#gang-classes", RowTable).focus()
+            return
+        cls = next((c for c in self.shown if c["id"] == event.key), None)
+        if cls is None:
+            return
+        sid = session_to_attach(cls, self.shown_workers) if cls["paused"] else None
+        if sid is not None:
+            self.app.pop_screen()
+            self.app.post_message(AttachRequested(sid))
+        else:
+            self.app.push_screen(ClassDetail(cls))
+
+
+class ClassDetail(ModalScreen[None]):
+    """One class's whole stack (the thread that decided it), innermost first, and its members."""
+
+    DEFAULT_CSS = """
+    ClassDetail { align: center middle; }
+    #class-detail { width: 90%; max-width: 120; height: 80%; border: round $accent;
+                    background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+
+    def __init__(self, cls: dict[str, Any]) -> None:
+        super().__init__()
+        self.cls = cls
+
+    def compose(self) -> ComposeResult:
+        text = Text.assemble((self.cls["summary"], "bold"), f"\nthread {self.cls.get('thread')}\n\n")
+        for f in self.cls["frames"]:
+            style = "dim" if F.is_internal(f) else "bold"
+            text.append(f"{f.get('function')}  ", style=style)
+            text.append(f"{os.path.basename(str(f.get('file')))}:{f.get('line')}\n", style="dim")
+        text.append("\nmembers: " + ", ".join(
+            f"rank {m['world_rank']}" if m.get("world_rank") is not None else f"pid {m['pid']}"
+            for m in self.cls["members"]))
+        with VerticalScroll(id="class-detail"):
+            yield Static(text)
+

@@ -1,0 +1,89 @@
+"""Pilot tests of the TUI's gang view against a scripted stacks answer: pick a run, classes, Enter."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from test_gang_classes import ALL_REDUCE, PAUSED, SLEEPING, worker
+from tui_support import FakeGateway, record, until
+
+from raydbg.gang import classes
+from raydbg.tui.app import create_app
+from raydbg.tui.gang_view import ClassDetail, GangScreen
+from raydbg.tui.row_table import RowTable
+
+
+class StacksFake(FakeGateway):
+    def __init__(self, answer: dict[str, Any]) -> None:
+        super().__init__()
+        self.answer = answer
+        self.stack_calls = 0
+
+    async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
+        self.stack_calls += 1
+        self._check()
+        return self.answer
+
+
+def answer_of(workers: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"workers": workers, "classes": classes.group(workers), "runs": classes.runs(workers, {}),
+            "errors": [], "took_s": 0.2}
+
+
+def held_run() -> list[dict[str, Any]]:
+    ws = [worker(0, PAUSED, paused=True), worker(1, ALL_REDUCE), worker(2, ALL_REDUCE), worker(3, ALL_REDUCE),
+          worker(None, SLEEPING, run=None, pid=77)]
+    ws[0]["session_ids"] = ["sess00000001"]
+    return ws
+
+
+def table(app: Any, name: str) -> RowTable:
+    return app.screen.query_one(f"#{name}", RowTable)
+
+
+async def test_g_opens_the_gang_view_and_a_run_shows_its_classes() -> None:
+    gw = StacksFake(answer_of(held_run()))
+    gw.sessions_list = [record("sess00000001", time.time() - 5, train_rank=0)]
+    app = create_app(gw, refresh=0.05)
+    requested: list[str] = []
+    app.open_debug = requested.append  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+        keys = table(app, "gang-targets").row_keys
+        assert keys == ["all", "run:01000000:train-x", "job:01000000"]
+        # Move to the run and pick it: its two classes, the paused rank first.
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 2)
+        screen = app.screen
+        assert isinstance(screen, GangScreen) and screen.target == "run:01000000:train-x"
+        rows = [table(app, "gang-classes")._rows[k] for k in table(app, "gang-classes").row_keys]
+        assert rows[0][:3] == ("rank 0", "1/4", "paused · attachable")
+        assert rows[1][0] == "ranks 1-3" and rows[1][2] == "in collective"
+        assert rows[1][3] == "all_reduce <- train_step train_loop.py:104"
+        # Enter on the rest's class: its full stack.
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: isinstance(app.screen, ClassDetail))
+        await pilot.press("escape")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen))
+        # Enter on the paused class: attach to the paused rank (the sessions pane's path).
+        await pilot.press("up", "enter")
+        await until(pilot, lambda: requested == ["sess00000001"])
+        assert not isinstance(app.screen, GangScreen)
+
+
+async def test_stacks_failure_is_said_and_r_retries() -> None:
+    gw = StacksFake(answer_of(held_run()))
+    gw.failure = "cannot connect to the raydbg gateway"
+    app = create_app(gw, refresh=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen) and gw.stack_calls >= 1)
+        status = app.screen.query_one("#gang-status")
+        await until(pilot, lambda: "stacks failed" in str(status.render()))
+        gw.failure = None
+        await pilot.press("r")
+        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 3)  # "all": 3 classes
+        await pilot.press("escape")
+        await until(pilot, lambda: not isinstance(app.screen, GangScreen))
