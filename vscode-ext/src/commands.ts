@@ -8,10 +8,9 @@ import { AttachRegistry, prepareAttach } from "./attach";
 import { ClusterController } from "./controller";
 import { launchSnippet } from "./launchConfig";
 import { SessionRecord, sessionName } from "./records";
-import { checkClusterName, parseGatewayAddress } from "./settings";
+import { addressKey, checkClusterName, parseGatewayAddress } from "./settings";
+import { addressOfSecret, secretKey } from "./tokenStore";
 import { sessionDescription } from "./treeModel";
-
-export const SECRET_PREFIX = "raydbg.token.";
 
 /** What the menus pass: a ViewItem, or the same shape from a notification button. */
 export interface ItemArg {
@@ -31,25 +30,11 @@ function clusterList(v: unknown): ClusterList {
   return Array.isArray(v) ? v.filter((c): c is Record<string, unknown> => typeof c === "object" && c !== null) : [];
 }
 
-/** Edit raydbg.clusters in the scope that defines the named cluster (user settings otherwise). */
-async function editClusters(name: string | undefined, edit: (list: ClusterList) => ClusterList): Promise<void> {
+/** Edit raydbg.clusters in user settings, the only scope clusters are read from (settings.userClusters). */
+async function editClusters(edit: (list: ClusterList) => ClusterList): Promise<void> {
   const cfg = vscode.workspace.getConfiguration("raydbg");
-  const info = cfg.inspect<unknown[]>("clusters");
-  const scopes: [vscode.ConfigurationTarget, unknown][] = [
-    [vscode.ConfigurationTarget.WorkspaceFolder, info?.workspaceFolderValue],
-    [vscode.ConfigurationTarget.Workspace, info?.workspaceValue],
-    [vscode.ConfigurationTarget.Global, info?.globalValue],
-  ];
-  let target = vscode.ConfigurationTarget.Global;
-  let list = clusterList(info?.globalValue);
-  for (const [t, v] of scopes) {
-    if (name !== undefined && clusterList(v).some((c) => c.name === name)) {
-      target = t;
-      list = clusterList(v);
-      break;
-    }
-  }
-  await cfg.update("clusters", edit([...list]), target);
+  const list = clusterList(cfg.inspect<unknown[]>("clusters")?.globalValue);
+  await cfg.update("clusters", edit([...list]), vscode.ConfigurationTarget.Global);
 }
 
 async function pickCluster(s: CommandServices, arg: ItemArg | undefined, title: string): Promise<string | undefined> {
@@ -86,13 +71,14 @@ async function addCluster(s: CommandServices): Promise<void> {
   if (!name) return;
   const token = await vscode.window.showInputBox({
     title: "Ray: Add Cluster (3/3)",
-    prompt: "Gateway token (kept in VS Code's secret storage). Leave empty to use RAYDBG_TOKEN or the local token files.",
+    prompt: "Gateway token (kept in VS Code's secret storage, sent only to this address). Leave empty when this is the local Ray session's gateway.",
     password: true,
     ignoreFocusOut: true,
   });
   if (token === undefined) return;
-  if (token.trim()) await s.context.secrets.store(SECRET_PREFIX + name.trim(), token.trim());
-  await editClusters(undefined, (list) => [...list, { name: name.trim(), address: address.trim() }]);
+  const key = secretKey(address);
+  if (token.trim() && key) await s.context.secrets.store(key, token.trim());
+  await editClusters((list) => [...list, { name: name.trim(), address: address.trim() }]);
 }
 
 async function removeCluster(s: CommandServices, arg?: ItemArg): Promise<void> {
@@ -100,8 +86,12 @@ async function removeCluster(s: CommandServices, arg?: ItemArg): Promise<void> {
   if (!name) return;
   const ok = await vscode.window.showWarningMessage(`Remove the Ray cluster "${name}" and its stored token?`, { modal: true }, "Remove");
   if (ok !== "Remove") return;
-  await editClusters(name, (list) => list.filter((c) => c.name !== name));
-  await s.context.secrets.delete(SECRET_PREFIX + name);
+  const address = s.controller.cluster(name)?.address;
+  await editClusters((list) => list.filter((c) => c.name !== name));
+  // The token belongs to the address: keep it while another cluster entry still uses it.
+  const key = address === undefined ? null : secretKey(address);
+  const shared = s.controller.current.clusters.some((c) => c.name !== name && address !== undefined && addressKey(c.address) === addressKey(address));
+  if (key && !shared) await s.context.secrets.delete(key);
 }
 
 async function renameCluster(s: CommandServices, arg?: ItemArg): Promise<void> {
@@ -111,25 +101,26 @@ async function renameCluster(s: CommandServices, arg?: ItemArg): Promise<void> {
   const next = await vscode.window.showInputBox({ title: `Rename "${name}"`, value: name, validateInput: (v) => checkClusterName(v, taken) });
   if (!next || next.trim() === name) return;
   const newName = next.trim();
-  const secret = await s.context.secrets.get(SECRET_PREFIX + name);
-  if (secret) await s.context.secrets.store(SECRET_PREFIX + newName, secret);
-  await editClusters(name, (list) => list.map((c) => (c.name === name ? { ...c, name: newName } : c)));
-  if (secret) await s.context.secrets.delete(SECRET_PREFIX + name);
+  // Tokens are stored by gateway address, so a new name needs no secret moved.
+  await editClusters((list) => list.map((c) => (c.name === name ? { ...c, name: newName } : c)));
 }
 
 async function setToken(s: CommandServices, arg?: ItemArg): Promise<void> {
   const name = await pickCluster(s, arg, "Ray: Set Cluster Token");
   if (!name) return;
+  const cluster = s.controller.cluster(name);
+  const key = cluster ? secretKey(cluster.address) : null;
+  if (!cluster || !key) return;
   const token = await vscode.window.showInputBox({
-    title: `Ray: token for "${name}"`,
+    title: `Ray: token for "${name}" (${addressKey(cluster.address) ?? cluster.address})`,
     prompt: "Paste the gateway token. Leave empty to forget the stored one.",
     password: true,
     ignoreFocusOut: true,
   });
   if (token === undefined) return;
-  if (token.trim()) await s.context.secrets.store(SECRET_PREFIX + name, token.trim());
-  else await s.context.secrets.delete(SECRET_PREFIX + name);
-  s.controller.restart(name);
+  if (token.trim()) await s.context.secrets.store(key, token.trim());
+  else await s.context.secrets.delete(key);
+  s.controller.restartAddress(addressOfSecret(key) ?? "");
 }
 
 export async function attach(s: CommandServices, arg?: ItemArg): Promise<boolean> {

@@ -6,7 +6,7 @@
  */
 import { GatewayClient, GatewayError } from "./gatewayClient";
 import { SessionRecord } from "./records";
-import { ClusterConfig, parseGatewayAddress, PathMapping, Settings } from "./settings";
+import { addressKey, ClusterConfig, PathMapping, Settings } from "./settings";
 import { TokenResult } from "./token";
 import { buildTree, ClusterState, pausedCount, ViewItem } from "./treeModel";
 import { SessionWatcher } from "./watcher";
@@ -31,7 +31,7 @@ interface Entry {
 }
 
 function clusterKey(c: ClusterConfig): string {
-  return JSON.stringify([c.address, c.tokenFile ?? null]);
+  return JSON.stringify([c.address, c.tokenFile ?? null, c.tokenFromEnv ?? false]);
 }
 
 export class ClusterController {
@@ -81,6 +81,11 @@ export class ClusterController {
     this.entries.set(name, e);
     void this.startEntry(e);
     this.deps.onChange();
+  }
+
+  /** Reconnect every cluster whose gateway is `key` (settings.addressKey): its stored token changed. */
+  restartAddress(key: string): void {
+    for (const e of [...this.entries.values()]) if (addressKey(e.cluster.address) === key) this.restart(e.cluster.name);
   }
 
   refresh(name?: string): void {
@@ -179,10 +184,4 @@ export class ClusterController {
     e.watcher.setVisible(this.visible);
     e.watcher.start();
   }
-}
-
-/** Host part of a cluster's gateway address (for token discovery rules). */
-export function gatewayHost(c: ClusterConfig): string {
-  const a = parseGatewayAddress(c.address);
-  return typeof a === "string" ? "" : new URL(a.httpBase).hostname;
 }

@@ -4,10 +4,12 @@
  */
 import * as vscode from "vscode";
 import { AttachRegistry } from "./attach";
-import { CommandServices, notifyPaused, registerCommands, SECRET_PREFIX } from "./commands";
-import { ClusterController, gatewayHost } from "./controller";
-import { validateSettings } from "./settings";
+import { CommandServices, notifyPaused, registerCommands } from "./commands";
+import { ClusterController } from "./controller";
+import { readLocalGateway } from "./localGateway";
+import { addressKey, userClusters, validateSettings } from "./settings";
 import { resolveToken } from "./token";
+import { addressOfSecret, migrateLegacySecrets, secretKey } from "./tokenStore";
 import { RayTreeProvider } from "./view";
 
 export const VIEW_ID = "raydbg.sessions";
@@ -21,12 +23,15 @@ export interface RaydbgApi {
 
 function readSettings() {
   const cfg = vscode.workspace.getConfiguration("raydbg");
-  return validateSettings({
-    clusters: cfg.get("clusters"),
+  // Clusters from user settings only, whatever the workspace says (issue 14).
+  const { clusters, notes } = userClusters(cfg.inspect("clusters"));
+  const { settings, errors } = validateSettings({
+    clusters,
     refreshInterval: cfg.get("refreshInterval"),
     pathMappings: cfg.get("pathMappings"),
     notifyOnPause: cfg.get("notifyOnPause"),
   });
+  return { settings, errors: [...notes, ...errors] };
 }
 
 export function activate(context: vscode.ExtensionContext): RaydbgApi {
@@ -34,8 +39,20 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
   status.command = `${VIEW_ID}.focus`;
   const provider = new RayTreeProvider(() => controller.tree());
+  const initial = readSettings();
+  const migrated = migrateLegacySecrets(context.secrets, initial.settings.clusters).catch(() => 0);
   const controller = new ClusterController({
-    resolveToken: async (c) => resolveToken({ secret: await context.secrets.get(SECRET_PREFIX + c.name), tokenFile: c.tokenFile, gatewayHost: gatewayHost(c) }),
+    resolveToken: async (c) => {
+      await migrated;
+      const key = secretKey(c.address);
+      return resolveToken({
+        address: addressKey(c.address),
+        secret: key === null ? undefined : await context.secrets.get(key),
+        tokenFile: c.tokenFile,
+        tokenFromEnv: c.tokenFromEnv,
+        localGateway: await readLocalGateway(),
+      });
+    },
     onChange: () => {
       provider.update();
       const n = controller.pausedCount();
@@ -50,8 +67,7 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
 
   const view = vscode.window.createTreeView(VIEW_ID, { treeDataProvider: provider, showCollapseAll: true });
   controller.setVisible(view.visible);
-  const { settings, errors } = readSettings();
-  controller.applySettings(settings, errors);
+  controller.applySettings(initial.settings, initial.errors);
 
   context.subscriptions.push(
     view,
@@ -64,8 +80,9 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
       controller.applySettings(next.settings, next.errors);
     }),
     context.secrets.onDidChange((e) => {
-      // Another window (or the Set Token command) changed a token: reconnect that cluster.
-      if (e.key.startsWith(SECRET_PREFIX)) controller.restart(e.key.slice(SECRET_PREFIX.length));
+      // Another window (or the Set Token command) changed a token: reconnect its clusters.
+      const address = addressOfSecret(e.key);
+      if (address !== null) controller.restartAddress(address);
     }),
     vscode.debug.onDidTerminateDebugSession((ds) => {
       const id: unknown = ds.configuration.raydbgSessionId;

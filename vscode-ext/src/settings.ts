@@ -14,6 +14,8 @@ export interface ClusterConfig {
   name: string;
   address: string;
   tokenFile?: string;
+  /** Send RAYDBG_TOKEN (VS Code's environment) to this cluster; off unless set. */
+  tokenFromEnv?: boolean;
   pathMappings?: PathMapping[];
 }
 
@@ -66,6 +68,40 @@ export function parseGatewayAddress(address: string): GatewayAddress | string {
   const httpBase = `${url.protocol}//${url.host}${path}`;
   const wsBase = `${url.protocol === "https:" ? "wss:" : "ws:"}//${url.host}${path}`;
   return { httpBase, wsBase };
+}
+
+/**
+ * The identity a token belongs to: `host:port`, host lowercased, default port filled in
+ * (`gw` and `http://GW:80/x` are one gateway). Null for an address that does not parse.
+ */
+export function addressKey(address: string): string | null {
+  const a = parseGatewayAddress(address);
+  if (typeof a === "string") return null;
+  const url = new URL(a.httpBase);
+  const port = url.port || (url.protocol === "https:" ? "443" : "80");
+  return `${url.hostname.toLowerCase()}:${port}`;
+}
+
+/** What `WorkspaceConfiguration.inspect("clusters")` reports, per settings scope. */
+export interface ScopedValues {
+  globalValue?: unknown;
+  workspaceValue?: unknown;
+  workspaceFolderValue?: unknown;
+}
+
+/**
+ * The cluster list to use: user settings only. A repository's `.vscode/settings.json`
+ * must not choose where tokens are sent (it could name a known cluster with its own
+ * address), so workspace entries are ignored, with a note saying so.
+ */
+export function userClusters(values: ScopedValues | undefined): { clusters: unknown; notes: string[] } {
+  const notes: string[] = [];
+  for (const [where, v] of [["workspace", values?.workspaceValue], ["workspace folder", values?.workspaceFolderValue]] as const) {
+    if (Array.isArray(v) && v.length > 0) {
+      notes.push(`raydbg.clusters in ${where} settings is ignored: clusters come from user settings only, so a repository cannot choose where your tokens go`);
+    }
+  }
+  return { clusters: values?.globalValue, notes };
 }
 
 /** For input boxes: an error message, or undefined when the name can be used. */
@@ -123,6 +159,10 @@ function parseCluster(raw: unknown, i: number, names: Set<string>, errors: strin
   if (raw.tokenFile !== undefined) {
     if (typeof raw.tokenFile === "string" && raw.tokenFile.trim()) cluster.tokenFile = raw.tokenFile.trim();
     else errors.push(`${where} ("${name}"): "tokenFile" must be a non-empty path`);
+  }
+  if (raw.tokenFromEnv !== undefined) {
+    if (typeof raw.tokenFromEnv === "boolean") cluster.tokenFromEnv = raw.tokenFromEnv;
+    else errors.push(`${where} ("${name}"): "tokenFromEnv" must be true or false`);
   }
   if (raw.pathMappings !== undefined) {
     cluster.pathMappings = parseMappings(raw.pathMappings, `${where}.pathMappings`, errors);

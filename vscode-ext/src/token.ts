@@ -1,19 +1,26 @@
 /**
- * Which token to send to a cluster's gateway.
+ * Which token to send to a cluster's gateway, and to which gateway each token belongs.
  *
- * Order: the token stored in VS Code's SecretStorage, the cluster's `tokenFile`, then the
- * same discovery as the CLI (docs/architecture.md). Ray's and raydbg's default token
- * files are only used for a gateway on this machine, so a local token is never sent to
- * a remote host the user did not give it to.
+ * A token goes only to the gateway it belongs to (docs/vscode.md, "Which token is sent"):
+ * - a stored token (SecretStorage) to the address (host:port) it was stored for;
+ * - a cluster's `tokenFile` to that cluster (entries come from user settings only);
+ * - `RAYDBG_TOKEN` to clusters that set `"tokenFromEnv": true`;
+ * - Ray's token (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, `~/.ray/auth_token`) and the
+ *   head's `~/.raydbg/token` to the gateway the local Ray session names, nowhere else.
  */
 import { homedir } from "node:os";
 import { readFile } from "node:fs/promises";
 import { join } from "node:path";
 
 export interface TokenSources {
+  /** The cluster's gateway, normalised (settings.addressKey); null if it does not parse. */
+  address: string | null;
+  /** The token stored for `address`. */
   secret?: string;
   tokenFile?: string;
-  gatewayHost: string;
+  tokenFromEnv?: boolean;
+  /** The gateway the local Ray session names (localGateway.ts), normalised, if any. */
+  localGateway?: string | null;
   env?: NodeJS.ProcessEnv;
   home?: string;
   read?: (path: string) => Promise<string>;
@@ -27,11 +34,6 @@ export function expandHome(path: string, home: string): string {
   return path;
 }
 
-export function isLoopbackHost(host: string): boolean {
-  const h = host.replace(/^\[|\]$/g, "").toLowerCase();
-  return h === "localhost" || h === "::1" || /^127\.\d+\.\d+\.\d+$/.test(h);
-}
-
 async function tryRead(read: (p: string) => Promise<string>, path: string): Promise<string | null> {
   try {
     const t = (await read(path)).trim();
@@ -41,10 +43,29 @@ async function tryRead(read: (p: string) => Promise<string>, path: string): Prom
   }
 }
 
+/** The local cluster's token, in the CLI's order (raydbg/auth.py client_token). */
+async function localToken(env: NodeJS.ProcessEnv, home: string, read: (p: string) => Promise<string>): Promise<{ token: string; source: string } | null> {
+  const head = join(home, ".raydbg", "token");
+  const own = await tryRead(read, head);
+  if (own) return { token: own, source: head };
+  const fromEnv = env.RAY_AUTH_TOKEN?.trim();
+  if (fromEnv) return { token: fromEnv, source: "RAY_AUTH_TOKEN" };
+  if (env.RAY_AUTH_TOKEN_PATH) {
+    const path = expandHome(env.RAY_AUTH_TOKEN_PATH, home);
+    const t = await tryRead(read, path);
+    if (t) return { token: t, source: path };
+  }
+  if ((env.RAY_AUTH_MODE ?? "").toLowerCase() === "disabled") return null;
+  const ray = join(home, ".ray", "auth_token");
+  const t = await tryRead(read, ray);
+  return t ? { token: t, source: ray } : null;
+}
+
 export async function resolveToken(src: TokenSources): Promise<TokenResult> {
   const env = src.env ?? process.env;
   const home = src.home ?? homedir();
   const read = src.read ?? ((p: string) => readFile(p, "utf8"));
+  if (src.address === null) return { error: "the gateway address does not parse; no token is sent" };
   if (src.secret && src.secret.trim()) return { token: src.secret.trim(), source: "secret storage" };
   if (src.tokenFile) {
     const path = expandHome(src.tokenFile, home);
@@ -52,17 +73,15 @@ export async function resolveToken(src: TokenSources): Promise<TokenResult> {
     // An explicitly configured file that cannot be read is an error, not a reason to guess.
     return t ? { token: t, source: path } : { error: `cannot read a token from tokenFile ${path}` };
   }
-  const fromEnv = env.RAYDBG_TOKEN?.trim() || env.RAY_AUTH_TOKEN?.trim();
-  if (fromEnv) return { token: fromEnv, source: env.RAYDBG_TOKEN?.trim() ? "RAYDBG_TOKEN" : "RAY_AUTH_TOKEN" };
-  if (env.RAY_AUTH_TOKEN_PATH) {
-    const t = await tryRead(read, expandHome(env.RAY_AUTH_TOKEN_PATH, home));
-    if (t) return { token: t, source: env.RAY_AUTH_TOKEN_PATH };
+  const raydbgEnv = env.RAYDBG_TOKEN?.trim();
+  if (src.tokenFromEnv) {
+    if (raydbgEnv) return { token: raydbgEnv, source: "RAYDBG_TOKEN" };
+    return { error: '"tokenFromEnv" is set but RAYDBG_TOKEN is empty in the environment VS Code was started from' };
   }
-  if (isLoopbackHost(src.gatewayHost)) {
-    for (const p of [join(home, ".ray", "auth_token"), join(home, ".raydbg", "token")]) {
-      const t = await tryRead(read, p);
-      if (t) return { token: t, source: p };
-    }
+  if (src.localGateway && src.localGateway === src.address) {
+    const local = await localToken(env, home, read);
+    if (local) return local;
   }
-  return { error: "no token: use 'Ray: Set Cluster Token' or set tokenFile for this cluster" };
+  const hint = raydbgEnv ? ' (RAYDBG_TOKEN is set, but is only sent to clusters with "tokenFromEnv": true)' : "";
+  return { error: `no token for ${src.address}: use 'Ray: Set Cluster Token' or set tokenFile for this cluster${hint}` };
 }

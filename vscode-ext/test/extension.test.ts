@@ -26,6 +26,8 @@ interface PackageJson {
 const pkg = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8")) as PackageJson;
 
 let gw: FakeGateway;
+let gw2: FakeGateway | undefined;
+const gw2Address = () => gw2?.address ?? "(not started)";
 let stub: ReturnType<typeof makeVscodeStub>;
 let api: RaydbgApi;
 
@@ -34,6 +36,7 @@ before(async () => {
   stub = makeVscodeStub({
     folder: "/home/me/proj",
     config: { "raydbg.clusters": [{ name: "local", address: gw.address }], "raydbg.refreshInterval": 1 },
+    // A token stored by an earlier build (by cluster name): moved to the address on activation.
     secrets: { "raydbg.token.local": "s3cret" },
   });
   installVscode(stub.vscode);
@@ -44,6 +47,7 @@ before(async () => {
 after(async () => {
   for (const d of stub.context.subscriptions) await d.dispose();
   await gw.close();
+  await gw2?.close();
 });
 
 function sessionItems(): ViewItem[] {
@@ -59,6 +63,8 @@ test("package.json: main is the compiled entry, view and container exist", () =>
   assert.deepEqual(pkg.contributes.views.raydbg.map((v) => v.id), ["raydbg.sessions"]);
   assert.ok(pkg.activationEvents.includes("onView:raydbg.sessions"));
   for (const k of ["raydbg.clusters", "raydbg.refreshInterval", "raydbg.pathMappings"]) assert.ok(k in pkg.contributes.configuration.properties, k);
+  // Clusters decide where tokens go: VS Code must not take them from a workspace.
+  assert.equal((pkg.contributes.configuration.properties["raydbg.clusters"] as { scope?: string }).scope, "application");
 });
 
 test("activation registers the view and exactly the contributed commands", () => {
@@ -67,6 +73,12 @@ test("activation registers the view and exactly the contributed commands", () =>
   assert.deepEqual([...stub.rec.commands.keys()].sort(), contributed);
   // Every menu entry points at a contributed command.
   for (const entries of Object.values(pkg.contributes.menus)) for (const e of entries) assert.ok(contributed.includes(e.command), e.command);
+});
+
+test("a token stored by cluster name is moved to its address", async () => {
+  await waitFor(() => sessionItems().length === 1, 5000, "session in the view");
+  assert.equal(stub.secrets.get(`raydbg.token@${gw.address}`), "s3cret");
+  assert.equal(stub.secrets.has("raydbg.token.local"), false);
 });
 
 test("menus match the contextValues the tree model gives items", async () => {
@@ -130,28 +142,30 @@ test("Copy launch.json snippet puts a debugpy config on the clipboard", async ()
   assert.match(stub.rec.clipboard.at(-1) ?? "", /^\/\/ First run: raydbg forward s1 --port 5678 --address 127\.0\.0\.1:\d+\n\{/);
 });
 
-test("Add Cluster stores the token in secret storage and the cluster in settings; a wrong token shows in the view", async () => {
-  stub.rec.inputs.push(gw.address, "other", "wrong-token");
+test("Add Cluster stores the token for its address and the cluster in user settings; a wrong token shows in the view", async () => {
+  gw2 = await new FakeGateway({ token: "other-secret", sessions: [record({ id: "o1" })] }).listen();
+  stub.rec.inputs.push(gw2.address, "other", "wrong-token");
   await stub.rec.commands.get("raydbg.addCluster")?.();
-  assert.equal(stub.secrets.get("raydbg.token.other"), "wrong-token");
+  assert.equal(stub.secrets.get(`raydbg.token@${gw2.address}`), "wrong-token");
+  assert.equal(stub.secrets.get(`raydbg.token@${gw.address}`), "s3cret", "the first cluster's token is untouched");
   assert.deepEqual(stub.rec.configUpdates.at(-1), {
     key: "raydbg.clusters",
-    value: [{ name: "local", address: gw.address }, { name: "other", address: gw.address }],
+    value: [{ name: "local", address: gw.address }, { name: "other", address: gw2.address }],
     target: 1,
   });
   await waitFor(() => /rejected the token/.test(api.provider.items.find((i) => i.label === "other")?.children?.[0]?.label ?? ""), 5000, "auth error item");
   // Fixing the token reconnects that cluster.
-  stub.rec.inputs.push("s3cret");
+  stub.rec.inputs.push("other-secret");
   await stub.rec.commands.get("raydbg.setToken")?.({ cluster: "other" });
   await waitFor(() => api.provider.items.find((i) => i.label === "other")?.children?.[0]?.label === "Job 01000000", 5000, "reconnected with the right token");
 });
 
-test("Rename and Remove Cluster edit settings and move/delete the secret", async () => {
+test("Rename keeps the address's token; Remove deletes it", async () => {
   stub.rec.inputs.push("renamed");
   await stub.rec.commands.get("raydbg.renameCluster")?.({ cluster: "other" });
-  assert.equal(stub.secrets.get("raydbg.token.renamed"), "s3cret");
-  assert.equal(stub.secrets.has("raydbg.token.other"), false);
+  assert.equal(stub.secrets.get(`raydbg.token@${gw2Address()}`), "other-secret");
   assert.deepEqual((stub.config["raydbg.clusters"] as { name: string }[]).map((c) => c.name), ["local", "renamed"]);
+  await waitFor(() => api.provider.items.find((i) => i.label === "renamed")?.children?.[0]?.label === "Job 01000000", 5000, "renamed cluster connected");
   // Remove asks for confirmation; the stub answers the modal with "Remove".
   const win = stub.vscode.window as unknown as { showWarningMessage: (...a: unknown[]) => Promise<unknown> };
   const orig = win.showWarningMessage;
@@ -162,6 +176,7 @@ test("Rename and Remove Cluster edit settings and move/delete the secret", async
     win.showWarningMessage = orig;
   }
   assert.deepEqual((stub.config["raydbg.clusters"] as { name: string }[]).map((c) => c.name), ["local"]);
-  assert.equal(stub.secrets.has("raydbg.token.renamed"), false);
+  assert.equal(stub.secrets.has(`raydbg.token@${gw2Address()}`), false);
+  assert.equal(stub.secrets.get(`raydbg.token@${gw.address}`), "s3cret");
   assert.deepEqual(api.provider.items.map((i) => i.label), ["local"]);
 });

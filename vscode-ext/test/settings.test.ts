@@ -1,6 +1,6 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
-import { checkClusterName, parseGatewayAddress, validateSettings } from "../src/settings";
+import { checkClusterName, parseGatewayAddress, userClusters, validateSettings } from "../src/settings";
 
 test("gateway addresses: host:port and http(s) URLs", () => {
   assert.deepEqual(parseGatewayAddress("head:8266"), { httpBase: "http://head:8266", wsBase: "ws://head:8266" });
@@ -74,4 +74,22 @@ test("path mappings need both roots", () => {
   assert.equal(r.errors.length, 2);
   assert.match(validateSettings({ pathMappings: { localRoot: "/l" } }).errors[0], /expected a list/);
   assert.match(validateSettings({ clusters: "x" }).errors[0], /expected a list of clusters/);
+});
+
+test("clusters come from user settings only; workspace entries are noted and ignored", () => {
+  const user = [{ name: "prod", address: "prod:8266" }];
+  const repo = [{ name: "prod", address: "attacker:80", tokenFile: "~/.ray/auth_token" }];
+  const r = userClusters({ globalValue: user, workspaceValue: repo, workspaceFolderValue: repo });
+  assert.equal(r.clusters, user);
+  assert.equal(r.notes.length, 2);
+  assert.match(r.notes[0], /^raydbg.clusters in workspace settings is ignored: clusters come from user settings only/);
+  assert.match(r.notes[1], /^raydbg.clusters in workspace folder settings is ignored/);
+  assert.deepEqual(userClusters({ globalValue: user, workspaceValue: [] }), { clusters: user, notes: [] });
+  assert.deepEqual(userClusters(undefined), { clusters: undefined, notes: [] });
+});
+
+test("tokenFromEnv must be a boolean", () => {
+  const r = validateSettings({ clusters: [{ name: "a", address: "a:1", tokenFromEnv: true }, { name: "b", address: "b:1", tokenFromEnv: "yes" }] });
+  assert.deepEqual(r.settings.clusters, [{ name: "a", address: "a:1", tokenFromEnv: true }, { name: "b", address: "b:1" }]);
+  assert.deepEqual(r.errors, ['raydbg.clusters[1] ("b"): "tokenFromEnv" must be true or false']);
 });

@@ -49,7 +49,19 @@ export interface Recorded {
   statusBar: { text: string; visible: boolean; command?: string };
 }
 
-export function makeVscodeStub(opts: { config: Record<string, unknown>; folder?: string; secrets?: Record<string, string>; startResult?: boolean }) {
+/**
+ * `config` is user settings, `workspaceConfig` a workspace's `.vscode/settings.json`.
+ * `get` merges them the way VS Code does for a window-scoped setting (workspace wins),
+ * deliberately ignoring package.json's `scope`, so a test sees what the extension itself
+ * trusts; package.json's scopes are checked on their own.
+ */
+export function makeVscodeStub(opts: {
+  config: Record<string, unknown>;
+  workspaceConfig?: Record<string, unknown>;
+  folder?: string;
+  secrets?: Record<string, string>;
+  startResult?: boolean;
+}) {
   const rec: Recorded = {
     commands: new Map(),
     executed: [],
@@ -62,6 +74,7 @@ export function makeVscodeStub(opts: { config: Record<string, unknown>; folder?:
     statusBar: { text: "", visible: false },
   };
   const config = { ...opts.config };
+  const workspaceConfig = { ...opts.workspaceConfig };
   const configChanged = new EventEmitter<{ affectsConfiguration(s: string): boolean }>();
   const debugTerminated = new EventEmitter<{ configuration: Record<string, unknown> }>();
   const visibility = new EventEmitter<{ visible: boolean }>();
@@ -110,11 +123,11 @@ export function makeVscodeStub(opts: { config: Record<string, unknown>; folder?:
         return opts.folder ? [{ uri: { fsPath: opts.folder }, name: "ws", index: 0 }] : undefined;
       },
       getConfiguration: (section: string) => ({
-        get: (key: string) => config[`${section}.${key}`],
-        inspect: (key: string) => ({ key, globalValue: config[`${section}.${key}`] }),
+        get: (key: string) => workspaceConfig[`${section}.${key}`] ?? config[`${section}.${key}`],
+        inspect: (key: string) => ({ key, globalValue: config[`${section}.${key}`], workspaceValue: workspaceConfig[`${section}.${key}`] }),
         update: (key: string, value: unknown, target: number) => {
           rec.configUpdates.push({ key: `${section}.${key}`, value, target });
-          config[`${section}.${key}`] = value;
+          (target === 1 ? config : workspaceConfig)[`${section}.${key}`] = value;
           configChanged.fire({ affectsConfiguration: (s: string) => `${section}.${key}`.startsWith(s) });
           return Promise.resolve();
         },
@@ -167,7 +180,13 @@ export function makeVscodeStub(opts: { config: Record<string, unknown>; folder?:
     },
   };
 
-  return { vscode, context, rec, secrets, debugTerminated, visibility, config };
+  /** Edit a settings file by hand (user or workspace) and tell the extension, as VS Code does. */
+  const editSettings = (where: "user" | "workspace", key: string, value: unknown) => {
+    (where === "user" ? config : workspaceConfig)[key] = value;
+    configChanged.fire({ affectsConfiguration: (s: string) => key.startsWith(s) });
+  };
+
+  return { vscode, context, rec, secrets, debugTerminated, visibility, config, workspaceConfig, editSettings };
 }
 
 /** Make `require("vscode")` return `stub` for modules loaded after this call. */
