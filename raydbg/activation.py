@@ -26,6 +26,10 @@ def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
 def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
     """A copy of `env` with raydbg's worker setup hook (chaining the user's) and settings."""
     out: dict[str, Any] = dict(env or {})
+    from raydbg import compat
+
+    if not compat.check("driver"):  # one line; the job runs with Ray's own debugger
+        return out
     env_vars = dict(out.get("env_vars") or {})
     for key, value in config.carried_env().items():
         env_vars.setdefault(key, value)

@@ -58,8 +58,11 @@ def _connect_ray() -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    from raydbg import compat
     from raydbg.agent import lifecycle
 
+    if compat.problem():  # no agent on a Ray whose internals raydbg was not written for
+        raise UserError(str(compat.problem()))
     _connect_ray()
     agents = lifecycle.up()
     from raydbg import registry
@@ -281,7 +284,11 @@ REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tu
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from raydbg import compat
+
     parser = argparse.ArgumentParser(prog="raydbg", description=__doc__)
+    parser.add_argument("--version", action="version", version=compat.versions_line(),
+                        help="print raydbg's, Ray's and debugpy's versions")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in REGISTRARS:
         register(sub)

@@ -54,7 +54,10 @@ def install() -> None:
 
 def setup_hook() -> None:
     """Entry point named in runtime_env['worker_process_setup_hook']."""
-    if config.is_active():
+    from raydbg import compat
+
+    # On an unsupported Ray: one line, nothing installed; breakpoint() stays Ray's.
+    if config.is_active() and compat.check("worker"):
         install()
         from raydbg.worker import train
 
