@@ -1,13 +1,21 @@
-"""Token discovery and constant-time checks for the gateway and the node relays."""
+"""Token discovery and constant-time checks for the gateway and the node relays.
+
+Each cluster has its own raydbg token (made by its first agent, kept in its GCS). The
+head's agent leaves it for local clients in `~/.raydbg/tokens/<gateway host_port>`
+(0600 in a 0700 dir), one file per gateway, so a client presents a cluster's token to
+that cluster's gateway only. When Ray's token authentication is on the gateway checks
+Ray's token, which stays where Ray keeps it: raydbg never copies it.
+"""
 
 from __future__ import annotations
 
 import hmac
 import os
+import re
 import secrets
 from pathlib import Path
 
-RAYDBG_TOKEN_PATH = Path.home() / ".raydbg" / "token"
+from raydbg.private_dir import check_private, create_new
 
 
 class TokenError(Exception):
@@ -35,23 +43,72 @@ def ray_token() -> str | None:
     return read_token_file(Path.home() / ".ray" / "auth_token")
 
 
-def client_token(token_file: str | None = None) -> str:
-    """The token a client presents: --token-file, RAYDBG_TOKEN, the head's file, then Ray's.
+def tokens_dir() -> Path:
+    """`~/.raydbg/tokens` (HOME read at call time: tests and sandboxes move it)."""
+    return Path.home() / ".raydbg" / "tokens"
 
-    The head's agent writes the token it checks to ~/.raydbg/token (0600), so on the head
-    that file is right whether or not Ray token authentication is on.
-    """
+
+def token_path(gateway: str) -> Path:
+    """The file that holds the raydbg token of the gateway at `gateway` (host:port)."""
+    return tokens_dir() / re.sub(r"[^A-Za-z0-9.-]", "_", gateway.strip().lower())
+
+
+def _private_tokens_dir() -> Path:
+    d = tokens_dir()
+    for part in (d.parent, d):
+        try:
+            os.mkdir(part, 0o700)
+        except FileExistsError:
+            pass
+        check_private(part)
+    return d
+
+
+def save_cluster_token(gateway: str, token: str) -> Path:
+    """Leave a cluster's raydbg token for local clients of its gateway (0600, no symlinks)."""
+    path = token_path(gateway)
+    _private_tokens_dir()
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    with os.fdopen(create_new(tmp), "w") as f:
+        f.write(token + "\n")
+    os.replace(tmp, path)  # a reader sees the old token or the new one, never half
+    return path
+
+
+def forget_cluster_token(gateway: str) -> None:
+    """No raydbg token for this gateway (it checks Ray's): remove one an earlier cluster left."""
+    try:
+        token_path(gateway).unlink()
+    except OSError:
+        pass
+
+
+def token_file_for(gateway: str) -> Path:
+    """A file holding the token for `gateway` (for tools that read one, e.g. Prometheus):
+    the one the head left for it, else Ray's token file."""
+    own = token_path(gateway)
+    if own.exists():
+        return own
+    return Path(os.environ.get("RAY_AUTH_TOKEN_PATH") or Path.home() / ".ray" / "auth_token").expanduser()
+
+
+def client_token(token_file: str | None = None, gateway: str | None = None) -> str:
+    """The token a client presents to `gateway`: --token-file, RAYDBG_TOKEN, the token the
+    head's agent left for that gateway, then Ray's own (when Ray token auth is on)."""
     if token_file:
         tok = read_token_file(Path(token_file).expanduser())
         if not tok:
             raise TokenError(f"token file {token_file} is missing or empty")
         return tok
-    for tok in (os.environ.get("RAYDBG_TOKEN", "").strip() or None, read_token_file(RAYDBG_TOKEN_PATH), ray_token()):
+    env = os.environ.get("RAYDBG_TOKEN", "").strip() or None
+    own = read_token_file(token_path(gateway)) if gateway else None
+    for tok in (env, own, ray_token()):
         if tok:
             return tok
+    where = token_path(gateway) if gateway else tokens_dir()
     raise TokenError(
         "no raydbg token found: set RAYDBG_TOKEN, RAY_AUTH_TOKEN or --token-file "
-        f"(the head node keeps it in {RAYDBG_TOKEN_PATH})"
+        f"(the head node keeps it in {where})"
     )
 
 
@@ -60,12 +117,12 @@ def new_token() -> str:
 
 
 def write_private(path: Path, token: str) -> None:
-    """Write a token file readable by its owner only (0600 from the first byte)."""
+    """Write a token file readable by its owner only (0600 from the first byte, no symlinks)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    with os.fdopen(create_new(tmp), "w") as f:
         f.write(token + "\n")
-    os.chmod(path, 0o600)
+    os.replace(tmp, path)
 
 
 def check(presented: str | None, expected: str) -> bool:

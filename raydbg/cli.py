@@ -96,6 +96,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     for agent in status["agents"]:
         head = " (head)" if agent.get("is_head") else ""
         print(f"  agent {agent['node_id'][:12]} {agent['node_ip']}:{agent['port']} pid {agent['pid']}{head}")
+        mon = agent.get("memory_monitor") or {"state": "unknown (an older agent)"}
+        why = f": {mon['reason']}" if mon.get("reason") else ""
+        print(f"    memory monitor: {mon.get('state')}{why}")
     return 0
 
 
@@ -205,7 +208,7 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
     gw = _gateway(args)
     agents = asyncio.run(gw.get("/api/v1/agents"))
     path = write_file_sd(args.file_sd, agents)
-    token_file = args.token_file or str(auth.RAYDBG_TOKEN_PATH)
+    token_file = args.token_file or str(auth.token_file_for(gw.address))
     print(f"# {len(agents)} agent(s) written to {path}; add this to prometheus.yml:")
     print(scrape_config(file_sd_path=path, bearer_token_file=token_file), end="")
     return 0

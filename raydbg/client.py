@@ -12,6 +12,7 @@ import aiohttp
 
 from raydbg import auth
 from raydbg.dap.transport import HANDSHAKE_REASONS, MAX_WS_MESSAGE, WS_HEARTBEAT_S
+from raydbg.private_dir import UnsafeDirError, check_private, open_private
 
 
 class GatewayError(Exception):
@@ -39,6 +40,22 @@ def _local_gcs_address() -> str | None:
     return None
 
 
+def _local_gateway_file(session: Path) -> str | None:
+    """The head agent's gateway file, read only from our own private dir in the session."""
+    d = session / f"raydbg-{os.getuid()}"
+    try:
+        check_private(d)
+        fd = open_private(d / "gateway.json", os.O_RDONLY)
+        with os.fdopen(fd) as f:
+            return str(json.loads(f.read())["address"])
+    except FileNotFoundError:
+        return None
+    except UnsafeDirError as exc:
+        raise GatewayError(str(exc)) from None
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
 def find_gateway(address: str | None = None) -> str:
     """--address, RAYDBG_GATEWAY, the cluster at RAY_ADDRESS, else the local Ray session."""
     if address:
@@ -51,12 +68,9 @@ def find_gateway(address: str | None = None) -> str:
         if found:
             return found
         raise GatewayError(f"raydbg is not active on the cluster at {ray_address}: run `raydbg up`")
-    local = Path("/tmp/ray/session_latest/raydbg/gateway.json")
-    if local.exists():
-        try:
-            return str(json.loads(local.read_text())["address"])
-        except (ValueError, KeyError, OSError):
-            pass
+    found = _local_gateway_file(Path("/tmp/ray/session_latest"))
+    if found:
+        return found
     gcs = _local_gcs_address()
     if gcs:
         found = _gateway_from_gcs(gcs)
@@ -73,11 +87,13 @@ class Gateway:
 
     @classmethod
     def discover(cls, address: str | None = None, token_file: str | None = None) -> Gateway:
+        gateway = find_gateway(address)
         try:
-            token = auth.client_token(token_file)
+            # The token that belongs to this gateway: never another cluster's.
+            token = auth.client_token(token_file, gateway)
         except auth.TokenError as exc:
             raise GatewayError(str(exc)) from None
-        return cls(find_gateway(address), token)
+        return cls(gateway, token)
 
     @property
     def headers(self) -> dict[str, str]:

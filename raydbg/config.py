@@ -49,9 +49,24 @@ def compat_bind_node_ip() -> bool:
     return os.environ.get("RAYDBG_COMPAT_BIND_NODE_IP", "0") == "1"
 
 
+# Never carried: a job's runtime_env shows in the dashboard, the state API and every
+# worker's environment. Workers that export OTLP to an authenticated collector get the
+# headers from the node's environment instead (docs/security.md).
+SECRET_NAMES = frozenset({"RAYDBG_TOKEN", "OTEL_EXPORTER_OTLP_HEADERS"})
+SECRET_PARTS = ("HEADERS", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "API_KEY")
+
+
+def is_secret(name: str) -> bool:
+    """RAYDBG_TOKEN, OTEL_EXPORTER_OTLP_[SIGNAL_]HEADERS, and anything named like a secret."""
+    upper = name.upper()
+    return upper in SECRET_NAMES or any(part in upper for part in SECRET_PARTS)
+
+
 def carried_env() -> dict[str, str]:
-    """The settings to copy into a job's runtime_env env_vars."""
-    out = {k: v for k, v in os.environ.items() if k.startswith(CARRIED_PREFIXES)}
+    """The settings to copy into a job's runtime_env env_vars (secrets left out)."""
+    out = {
+        k: v for k, v in os.environ.items() if k.startswith(CARRIED_PREFIXES) and not is_secret(k)
+    }
     for name in CARRIED_NAMES:
         if name in os.environ:
             out[name] = os.environ[name]

@@ -73,12 +73,19 @@ def test_token_file_is_private_and_client_order(tmp_path: Path, monkeypatch: pyt
     path = tmp_path / "dir" / "token"
     auth.write_private(path, "secret")
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
-    monkeypatch.setattr(auth, "RAYDBG_TOKEN_PATH", path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    saved = auth.save_cluster_token("10.0.0.1:8265", "secret")
+    assert saved == tmp_path / ".raydbg" / "tokens" / "10.0.0.1_8265"
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o600
+    assert stat.S_IMODE(saved.parent.stat().st_mode) == 0o700
     monkeypatch.delenv("RAYDBG_TOKEN", raising=False)
     monkeypatch.setenv("RAY_AUTH_TOKEN", "ray-token")
-    assert auth.client_token() == "secret"
+    assert auth.client_token(gateway="10.0.0.1:8265") == "secret"
+    # Another gateway never gets this cluster's token: it gets Ray's (or nothing).
+    assert auth.client_token(gateway="10.0.0.2:8265") == "ray-token"
+    assert auth.client_token() == "ray-token"
     monkeypatch.setenv("RAYDBG_TOKEN", "env-token")
-    assert auth.client_token() == "env-token"
+    assert auth.client_token(gateway="10.0.0.1:8265") == "env-token"
     other = tmp_path / "other"
     other.write_text("from-file\n")
     assert auth.client_token(str(other)) == "from-file"

@@ -179,7 +179,7 @@ def test_light_spans_cross_ray_task_boundary(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.delenv("RAYDBG_TELEMETRY_DIR", raising=False)
 
     def spans(info: dict[str, Any]) -> list[dict[str, Any]]:
-        tdir = Path(info["session"]) / "raydbg" / "telemetry"
+        tdir = Path(info["session"]) / f"raydbg-{os.getuid()}" / "telemetry"
         found = []
         for f in tdir.glob("*.jsonl"):
             try:

@@ -5,6 +5,7 @@ the driver's span is the ancestor of the task's and the actor method's spans, in
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def test_spans_cross_ray_task_boundary(
     assert kind == "sum" and point["value"] == 1 and point["attributes"] == {"test.arg": 7}
 
     # The embedded default wrote under the Ray session directory, one file per process.
-    tdir = Path(info["session"]) / "raydbg" / "telemetry"
+    tdir = Path(info["session"]) / f"raydbg-{os.getuid()}" / "telemetry"
     worker_file = tdir / f"worker-{info['pid']}.jsonl"
     assert worker_file.exists(), list(tdir.iterdir()) if tdir.exists() else tdir
     recs = [json.loads(x) for x in worker_file.read_text().splitlines()]

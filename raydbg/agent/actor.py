@@ -14,8 +14,10 @@ from typing import Any
 import raydbg
 from raydbg import config, registry
 from raydbg.agent import collector, nodes
+from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer
-from raydbg.agent.token import agent_token
+from raydbg.agent.token import agent_token, leave_for_local_clients
+from raydbg.private_dir import UnsafeDirError, create_new, private_dir
 
 log = logging.getLogger("raydbg.agent")
 
@@ -46,7 +48,8 @@ class NodeAgent:
         if not self._ready.wait(30):
             raise RuntimeError("raydbg agent: server did not start")
         self._publish()
-        self.monitor = _spawn_memory_monitor(node_id)
+        self.monitor_watch = MonitorWatch()
+        self.monitor = _spawn_memory_monitor(node_id, self.monitor_watch)
         threading.Thread(target=self._heartbeat, name="raydbg-agent-heartbeat", daemon=True).start()
 
     def _serve(self) -> None:
@@ -75,6 +78,7 @@ class NodeAgent:
             "version": raydbg.__version__,
             "is_head": self.is_head,
             "started_at": time.time(),
+            "memory_monitor": {"state": "starting"},
         }
 
     def _publish(self) -> None:
@@ -89,6 +93,10 @@ class NodeAgent:
             }
             registry.put(registry.GATEWAY, gateway)
             _write_gateway_file(gateway)
+            try:
+                leave_for_local_clients(str(gateway["address"]), self.token)
+            except OSError as e:  # e.g. ~/.raydbg not private: clients need --token-file
+                log.warning("raydbg: token not left for local clients: %s", e)
             log.warning("raydbg gateway listening on %s:%s (token required)", self.node_ip, self.port)
 
     def _heartbeat(self) -> None:
@@ -104,12 +112,25 @@ class NodeAgent:
             try:
                 self.record["memory"] = nodes.node_memory()
                 self.record["workers"] = nodes.count_ray_workers()
+                self.record["memory_monitor"] = self._monitor_state()
                 self.record["heartbeat"] = time.time()
                 registry.put(registry.AGENT + self.node_id, self.record)
                 alive = nodes.alive_node_ids() if self.is_head else None
                 collector.collect(self.node_id, alive)
             except Exception:
                 log.exception("raydbg agent heartbeat failed")
+
+    def _monitor_state(self) -> dict[str, Any]:
+        from raydbg.memory.service import STATUS_KEY
+
+        code = self.monitor.poll() if self.monitor is not None else None
+        state = self.monitor_watch.state(registry.get(STATUS_KEY + self.node_id), code, time.time())
+        if self.monitor_watch.needs_event(state):
+            registry.record_event(
+                "monitor.failed", f"memory monitor not running: {state['reason']}",
+                node_id=self.node_id, reason=state["reason"],
+            )  # fmt: skip
+        return state
 
     # --- remote methods -------------------------------------------------------
     def info(self) -> dict[str, Any]:
@@ -127,10 +148,12 @@ class NodeAgent:
             registry.delete(registry.GATEWAY)
 
 
-def _spawn_memory_monitor(node_id: str) -> Any:
+def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
     """The memory monitor runs as its own process (out of the OOM killer's first pick, which
-    every Ray worker, this agent included, is); one per node however often the agent restarts."""
+    every Ray worker, this agent included, is); one per node however often the agent restarts.
+    `watch` learns whether it is switched off or could not be spawned."""
     if os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false"):
+        watch.off = True
         return None
     try:
         import ray
@@ -142,8 +165,9 @@ def _spawn_memory_monitor(node_id: str) -> Any:
             ray.get_runtime_context().gcs_address, node_id, watch_pid=os.getppid(),
             protect=(os.getpid(),), log_path=str(Path(logs) / "raydbg_memory.log"),
         )
-    except Exception:
+    except Exception as e:
         log.exception("raydbg agent: could not start the memory monitor")
+        watch.error = f"could not be started: {e}"
         return None
 
 
@@ -153,8 +177,14 @@ def _write_gateway_file(gateway: dict[str, Any]) -> None:
         import ray
 
         session_dir = ray._private.worker._global_node.get_session_dir_path()  # type: ignore[attr-defined]
-        path = Path(session_dir) / "raydbg" / "gateway.json"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(gateway))
+        # The session dir is open to every local user: our own 0700 dir inside it.
+        path = private_dir(session_dir) / "gateway.json"
+        tmp = path.with_name(f".gateway.json.{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(create_new(tmp), "w") as f:
+            f.write(json.dumps(gateway))
+        os.replace(tmp, path)
+    except UnsafeDirError as e:
+        log.warning("raydbg: no gateway file for local clients: %s", e)
     except Exception:
         log.debug("raydbg: no session dir for the gateway file", exc_info=True)

@@ -1,4 +1,4 @@
-"""The agents' token: Ray's own when Ray token auth is on, else raydbg's (0600, shared via GCS)."""
+"""The agents' token: Ray's own when Ray token auth is on, else this cluster's raydbg token (in its GCS)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,22 @@ def ray_auth_token() -> str | None:
 
 
 def _raydbg_token() -> str:
+    """This cluster's token: made by its first agent, fresh for every cluster (never a file
+    an earlier cluster left: a token must not outlive the cluster it opens)."""
     raw = registry.get_bytes(registry.TOKEN)
     if not raw:
-        # Reuse this machine's token so clients keep working across clusters.
-        candidate = auth.read_token_file(auth.RAYDBG_TOKEN_PATH) or auth.new_token()
-        raw = registry.put_if_absent(registry.TOKEN, candidate.encode())
+        raw = registry.put_if_absent(registry.TOKEN, auth.new_token().encode())
     return raw.decode()
 
 
 def agent_token(is_head: bool) -> str:
-    tok = ray_auth_token() or _raydbg_token()
-    # Local clients on the head read the token the gateway checks from this 0600 file.
-    if is_head and auth.read_token_file(auth.RAYDBG_TOKEN_PATH) != tok:
-        auth.write_private(auth.RAYDBG_TOKEN_PATH, tok)
-    return tok
+    return ray_auth_token() or _raydbg_token()
+
+
+def leave_for_local_clients(gateway: str, token: str) -> None:
+    """On the head: the gateway's token where local clients look (auth.token_path), unless
+    it is Ray's, which stays in Ray's own places (RAY_AUTH_TOKEN[_PATH], ~/.ray/auth_token)."""
+    if token == ray_auth_token():
+        auth.forget_cluster_token(gateway)  # a raydbg token an earlier cluster left here
+    else:
+        auth.save_cluster_token(gateway, token)

@@ -158,7 +158,7 @@ def build(
 
 def lock_dir() -> Path:
     """`/tmp/raydbg-<uid>/memory`, 0700 and ours (UnsafeDirError otherwise)."""
-    return private_dir.private_dir(os.environ.get("RAYDBG_LOCK_BASE") or "/tmp", "memory")
+    return private_dir.private_dir("/tmp", "memory")
 
 
 def take_lock(node_id: str, directory: str | None = None) -> Any:

@@ -32,7 +32,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if not reader.files(dirs):
         return _fail(
             f"no telemetry files in {dirs or 'the default places'}; pass --dir DIR or set RAYDBG_TELEMETRY_DIR "
-            "(the default is <ray session dir>/raydbg/telemetry)"
+            "(the default is <ray session dir>/raydbg-<uid>/telemetry)"
         )
     found = reader.spans(dirs, name=args.name, job=args.job, trace=args.trace)
     if args.stats:

@@ -1,6 +1,6 @@
 """The embedded default exporter: spans and metric snapshots as JSON lines, one file per process.
 
-Files live in `<session_dir>/raydbg/telemetry/<kind>-<pid>.jsonl` (see `raycontext.
+Files live in `<session_dir>/raydbg-<uid>/telemetry/<kind>-<pid>.jsonl` (see `raycontext.
 telemetry_dir`), rotate by size (`.1`, `.2`, ...), and start with a `resource` record.
 Writes happen on export threads only (the span queue's, the metric reader's), never on
 the caller's. Record shapes are documented in docs/telemetry.md.
@@ -26,6 +26,8 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from raydbg.private_dir import open_private
+from raydbg.telemetry import raycontext
 from raydbg.telemetry.light import LightSpan
 
 _NS = 1e-9
@@ -155,9 +157,10 @@ class JsonlFile:
     def _open(self, directory: str) -> None:
         if self._fh is not None:
             self._fh.close()
-        os.makedirs(directory, exist_ok=True)
+        raycontext.prepare_dir(directory)
         self.path = os.path.join(directory, self.basename)
-        self._fh = open(self.path, "a", encoding="utf-8")
+        fd = open_private(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self._fh = os.fdopen(fd, "a", encoding="utf-8")
         self._size = self._fh.tell()
         self._write_line({"type": "resource", "attributes": self.resource})
 
@@ -247,7 +250,8 @@ class JsonlMetricExporter(MetricExporter):
             return
         path = self.file.path.removesuffix(".jsonl") + SNAPSHOT_SUFFIX
         tmp = f"{path}.tmp"
-        with open(tmp, "w", encoding="utf-8") as fh:
+        fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
             json.dump({"resource": self.file.resource, "metrics": records}, fh, default=str)
         os.replace(tmp, path)
 

@@ -62,17 +62,36 @@ def session_dir() -> str | None:
         return None
 
 
+def private_name() -> str:
+    """Our directory in a place open to all users (the session dir is 0777): `raydbg-<uid>`."""
+    return f"raydbg-{os.getuid()}"
+
+
 def session_telemetry_dir(override: str | None = None) -> str | None:
-    """`override`, else `<session>/raydbg/telemetry` of the connected cluster, else None."""
+    """`override`, else `<session>/raydbg-<uid>/telemetry` of the connected cluster, else None."""
     if override:
         return override
     session = session_dir()
-    return os.path.join(session, "raydbg", "telemetry") if session else None
+    return os.path.join(session, private_name(), "telemetry") if session else None
 
 
 def fallback_dir() -> str:
     # Not <tmp>/raydbg/...: a `raydbg` folder in the cwd would shadow the package.
-    return os.path.join(tempfile.gettempdir(), "raydbg-telemetry")
+    return os.path.join(tempfile.gettempdir(), private_name(), "telemetry")
+
+
+def prepare_dir(directory: str) -> None:
+    """Create `directory` for writing; one of ours in a shared place (`.../raydbg-<uid>/
+    telemetry`) is made 0700 and checked (UnsafeDirError, an OSError, if another user
+    made it first). A directory the user named is theirs to secure."""
+    from raydbg.private_dir import private_dir
+
+    parent, leaf = os.path.split(os.path.normpath(directory))
+    base, mine = os.path.split(parent)
+    if leaf == "telemetry" and mine == private_name():
+        private_dir(base, leaf)
+    else:
+        os.makedirs(directory, exist_ok=True)
 
 
 def telemetry_dir(override: str | None = None) -> str:

@@ -15,6 +15,8 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from raydbg.telemetry import raycontext
+
 
 def default_dirs() -> list[str]:
     """Telemetry directories to read when none is named, most specific first."""
@@ -22,8 +24,8 @@ def default_dirs() -> list[str]:
     if os.environ.get("RAYDBG_TELEMETRY_DIR"):
         dirs.append(os.environ["RAYDBG_TELEMETRY_DIR"])
     ray_tmp = os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "ray")
-    dirs.append(os.path.join(ray_tmp, "session_latest", "raydbg", "telemetry"))
-    dirs.append(os.path.join(tempfile.gettempdir(), "raydbg-telemetry"))
+    dirs.append(os.path.join(ray_tmp, "session_latest", raycontext.private_name(), "telemetry"))
+    dirs.append(raycontext.fallback_dir())
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 

@@ -168,7 +168,12 @@ def read_plan(env: Mapping[str, str], has_grpc: bool | None = None) -> Plan:
 
 
 def carried_env(env: Mapping[str, str]) -> dict[str, str]:
-    """The telemetry variables a driver should hand to its workers (runtime_env env_vars)."""
+    """The telemetry variables a driver should hand to its workers (runtime_env env_vars);
+    never OTLP headers or other secrets (config.is_secret: the runtime_env is public)."""
+    from raydbg.config import is_secret
+
     return {
-        k: v for k, v in env.items() if k.startswith("OTEL_") or k.startswith("RAYDBG_TELEMETRY")
+        k: v
+        for k, v in env.items()
+        if (k.startswith("OTEL_") or k.startswith("RAYDBG_TELEMETRY")) and not is_secret(k)
     }
