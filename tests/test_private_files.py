@@ -1,0 +1,212 @@
+"""Files raydbg writes in shared places: per-uid 0700 dirs checked, symlinks never followed, secrets not carried."""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from raydbg import auth, config
+from raydbg.agent.monitor_state import START_GRACE_S, MonitorWatch
+from raydbg.memory import local, service
+from raydbg.private_dir import UnsafeDirError, check_private, create_new, private_dir
+from raydbg.telemetry import raycontext
+from raydbg.telemetry.jsonl import JsonlFile
+
+NOBODY = 65534
+MINE = f"raydbg-{os.getuid()}"
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="O_NOFOLLOW and uids: Linux")
+
+
+@pytest.fixture
+def bait(tmp_path: Path) -> Path:
+    """A file another user would like raydbg to write through a planted symlink."""
+    target = tmp_path / "victim"
+    target.write_text("untouched")
+    return target
+
+
+def _other_users_dir(path: Path) -> Path:
+    if os.getuid() != 0:
+        pytest.skip("needs root to make a directory owned by another uid")
+    path.mkdir(mode=0o700)
+    os.chown(path, NOBODY, NOBODY)
+    return path
+
+
+def test_a_directory_made_first_by_another_uid_is_refused(tmp_path: Path) -> None:
+    _other_users_dir(tmp_path / MINE)
+    with pytest.raises(UnsafeDirError, match=f"belongs to uid {NOBODY}, not {os.getuid()}; refusing"):
+        private_dir(tmp_path, "tasks")
+    assert not (tmp_path / MINE / "tasks").exists()  # nothing made inside it
+
+
+def test_a_directory_open_to_others_is_refused_and_one_made_here_is_0700(tmp_path: Path) -> None:
+    (tmp_path / MINE).mkdir()
+    os.chmod(tmp_path / MINE, 0o777)
+    with pytest.raises(UnsafeDirError, match="has mode 777, open to other users"):
+        private_dir(tmp_path, "memory")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    made = private_dir(fresh, "memory")
+    assert made == fresh / MINE / "memory"
+    for d in (made, made.parent):
+        st = os.lstat(d)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+
+
+def test_a_symlink_planted_as_the_directory_is_refused(tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (tmp_path / MINE).symlink_to(elsewhere)
+    with pytest.raises(UnsafeDirError, match="not a plain directory"):
+        private_dir(tmp_path, "tasks")
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_run_dir_records_flags_and_reservations_never_follow_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bait: Path
+) -> None:
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    monkeypatch.setenv("RAYDBG_RUN_DIR", str(run))
+    (run / str(os.getpid())).symlink_to(bait)
+    (run / f"reserve-{os.getpid()}").symlink_to(bait)
+    (run / "pressure-n1").symlink_to(bait)
+    with pytest.raises(OSError) as e:
+        local.RunningRecord(run).write_static("t", 0, '"name": "f"')
+    assert e.value.errno == errno.ELOOP
+    local.reserve(1 << 30, run)  # refused quietly: the gate never breaks a task
+    local.set_flag(run / "pressure-n1", True, "1 2 memory")
+    assert bait.read_text() == "untouched"
+
+
+def test_an_unsafe_run_dir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(UnsafeDirError, match="has mode 777"):
+        local.ensure_run_dir(shared)
+    other = _other_users_dir(tmp_path / "others")
+    with pytest.raises(UnsafeDirError, match=f"belongs to uid {NOBODY}"):
+        local.ensure_run_dir(other)
+    local.reserve(5, other)  # the gate's writes refuse it too (an OSError they already handle)
+    assert list(other.iterdir()) == []
+
+
+def test_the_monitor_lock_and_log_never_follow_a_symlink(tmp_path: Path, bait: Path) -> None:
+    d = tmp_path / "locks"
+    d.mkdir(mode=0o700)
+    (d / "memory-n1.lock").symlink_to(bait)
+    with pytest.raises(OSError) as e:
+        service.take_lock("n1", str(d))
+    assert e.value.errno == errno.ELOOP
+    lock = service.take_lock("n2", str(d))
+    assert lock is not None and service.take_lock("n2", str(d)) is None  # one monitor per node
+    lock.close()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    with pytest.raises(UnsafeDirError):
+        service.take_lock("n1", str(shared))
+    log = tmp_path / "raydbg_memory.log"
+    log.symlink_to(bait)
+    with pytest.raises(OSError) as e:
+        service.spawn("127.0.0.1:1", "n1", log_path=str(log))
+    assert e.value.errno == errno.ELOOP and bait.read_text() == "untouched"
+
+
+def test_token_files_are_private_and_never_written_through_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, bait: Path
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    path = auth.save_cluster_token("10.1.2.3:8300", "t1")
+    assert path.read_text() == "t1\n" and stat.S_IMODE(path.stat().st_mode) == 0o600
+    path.unlink()
+    path.symlink_to(bait)
+    auth.save_cluster_token("10.1.2.3:8300", "t2")  # replaces the link, does not follow it
+    assert bait.read_text() == "untouched" and not path.is_symlink() and path.read_text() == "t2\n"
+    os.chmod(path.parent, 0o755)
+    with pytest.raises(UnsafeDirError, match="has mode 755"):
+        auth.save_cluster_token("10.1.2.3:8300", "t3")
+    with pytest.raises(FileExistsError):
+        create_new(path)  # O_EXCL: never reuses what is there
+
+
+def test_telemetry_files_in_the_session_dir_are_private(tmp_path: Path, bait: Path) -> None:
+    session = tmp_path / "session"
+    session.mkdir()
+    os.chmod(session, 0o777)  # as Ray makes its session dirs
+    tdir = session / MINE / "telemetry"
+    f = JsonlFile("worker-1.jsonl", lambda: str(tdir), str(tmp_path / "fallback"), {"a": 1})
+    f.write([{"type": "span", "name": "x"}])
+    f.close()
+    check_private(session / MINE)
+    check_private(tdir)
+    assert stat.S_IMODE(os.stat(tdir / "worker-1.jsonl").st_mode) == 0o600
+    # Someone made our directory first, open to all: refused, nothing written there.
+    session2 = tmp_path / "session2"
+    (session2 / MINE).mkdir(parents=True)
+    os.chmod(session2 / MINE, 0o777)
+    g = JsonlFile("worker-1.jsonl", lambda: str(session2 / MINE / "telemetry"), "", {})
+    with pytest.raises(UnsafeDirError):
+        g.write([{"type": "span"}])
+    assert list((session2 / MINE).iterdir()) == []
+    # A symlink planted where the file goes is not followed.
+    (tdir / "worker-2.jsonl").symlink_to(bait)
+    h = JsonlFile("worker-2.jsonl", lambda: str(tdir), "", {})
+    with pytest.raises(OSError):
+        h.write([{"type": "span"}])
+    assert bait.read_text() == "untouched"
+    assert raycontext.fallback_dir().endswith(f"/{MINE}/telemetry")
+
+
+def test_secrets_are_not_carried_into_a_jobs_runtime_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.telemetry.settings import carried_env
+
+    for k in list(os.environ):
+        if k.startswith(("RAYDBG_", "OTEL_")):
+            monkeypatch.delenv(k)
+    secrets = {
+        "RAYDBG_TOKEN": "s1",
+        "OTEL_EXPORTER_OTLP_HEADERS": "authorization=Bearer s2",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-api-key=s3",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS": "x-api-key=s4",
+        "OTEL_EXPORTER_OTLP_LOGS_HEADERS": "x-api-key=s5",
+        "RAYDBG_SOME_SECRET": "s6",
+    }
+    plain = {"RAYDBG_WAIT_TIMEOUT": "30", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "RAY_DEBUG": "1"}
+    for k, v in {**secrets, **plain}.items():
+        monkeypatch.setenv(k, v)
+    assert config.carried_env() == plain
+    assert carried_env(os.environ) == {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
+    from raydbg import activation
+
+    env = activation.with_raydbg({"env_vars": {"MINE": "1"}})["env_vars"]
+    assert not set(secrets) & set(env) and env["MINE"] == "1" and env["RAYDBG_WAIT_TIMEOUT"] == "30"
+
+
+def test_the_agent_never_reports_a_monitor_as_running_without_its_word() -> None:
+    w = MonitorWatch(started=1000.0)
+    assert w.state(None, None, 1001.0) == {"state": "starting"}
+    assert w.state({"state": "running", "ts": 1001.5}, None, 1002.0) == {"state": "running"}
+    stale = w.state({"state": "running", "ts": 1001.5}, None, 1001.5 + START_GRACE_S + 1)
+    assert stale["state"] == "failed" and "no status from the monitor" in stale["reason"]
+    assert w.needs_event(stale) and not w.needs_event(stale)  # one event, not one a second
+    # An earlier monitor's record (before this agent) does not count as ours.
+    old = MonitorWatch(started=2000.0)
+    assert old.state({"state": "running", "ts": 1990.0}, None, 2001.0) == {"state": "starting"}
+    died = old.state(None, 1, 2002.0)
+    assert died == {"state": "failed", "reason": "the monitor exited with code 1 (see raydbg_memory.log)"}
+    # The monitor reported its own failure (and its event): shown, no second event.
+    own = MonitorWatch(started=3000.0)
+    said = own.state({"state": "failed", "error": "raydbg: /x has mode 777", "ts": 3001.0}, 2, 3002.0)
+    assert said == {"state": "failed", "reason": "raydbg: /x has mode 777"} and not own.needs_event(said)
+    assert MonitorWatch(off=True).state(None, None, 0.0) == {"state": "off"}
+    boom = MonitorWatch(error="could not be started: no GCS")
+    assert boom.state(None, None, 0.0) == {"state": "failed", "reason": "could not be started: no GCS"}
