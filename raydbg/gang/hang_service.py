@@ -44,12 +44,13 @@ def still_running(run: hang.RunKey, recs: list[dict[str, Any]]) -> bool:
     return any(_task_running(r.get("task_id")) for r in recs)
 
 
-async def stacks_for(job_id: str, run: str | None) -> dict[str, Any]:
+async def stacks_for(server: Any, job_id: str, run: str | None) -> dict[str, Any]:
     """Grouped stacks of the run; an error text instead when stacks cannot be taken."""
     try:
-        from raydbg.gang import classes, collect  # type: ignore[attr-defined]
+        from raydbg.gang import classes, collect
 
-        got: Any = collect.cluster_stacks(job=job_id or None, run=run)
+        got: Any = collect.cluster_stacks(job=job_id or None, run=run, token=server.token,
+                                          self_node_id=server.node_id)
         if inspect.isawaitable(got):
             got = await got
         if isinstance(got, dict):
@@ -62,10 +63,10 @@ async def stacks_for(job_id: str, run: str | None) -> dict[str, Any]:
         return {"classes": [], "runs": [], "errors": [{"node_id": "", "error": str(exc)}]}
 
 
-async def record(found: dict[str, Any]) -> dict[str, Any]:
+async def record(server: Any, found: dict[str, Any]) -> dict[str, Any]:
     with telemetry.span("raydbg.gang.hang", job_id=found["job_id"], train_run=found.get("train_run") or "",
                         stalled_for_s=found["stalled_for_s"]):
-        stacks = await stacks_for(found["job_id"], found.get("train_run"))
+        stacks = await stacks_for(server, found["job_id"], found.get("train_run"))
         HANGS.add(1, train="yes" if found.get("train_run") else "no")
         details = dict(found, **stacks)
         loop = asyncio.get_running_loop()
@@ -89,7 +90,7 @@ async def run_forever(server: Any, hang_after: float) -> None:
             now = time.time()
             found = await loop.run_in_executor(None, decider.update, beats, sessions, now, still_running)
             for one in found:
-                await record(one)
+                await record(server, one)
             if now - last_prune > 600:
                 last_prune = now
                 await loop.run_in_executor(None, pause.prune)
@@ -99,9 +100,13 @@ async def run_forever(server: Any, hang_after: float) -> None:
             log.exception("raydbg: hang detector round failed")
 
 
+# At module level: AppKey looks for a `<module>` frame, which the agent's server thread has not.
+_HANG_TASK = web.AppKey("raydbg_hang_task", asyncio.Task)
+
+
 def attach(server: Any, app: web.Application) -> None:
     """Run the detector for the life of the gateway app."""
-    key = web.AppKey("raydbg_hang_task", asyncio.Task)
+    key = _HANG_TASK
 
     async def start(app: web.Application) -> None:
         app[key] = asyncio.create_task(run_forever(server, hang.hang_after_s()))

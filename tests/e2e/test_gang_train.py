@@ -1,0 +1,194 @@
+"""Train gangs on a real cluster (gloo, CPU): a pause outlives a short collective timeout, pause-all
+groups continue as one, held ranks are listed, and hang events fire for stuck runs only."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import gang_targets as targets
+from e2e.conftest import Cluster, attach_and_inspect, forward, wait_for_session, wait_gone
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+COLLECTIVE_TIMEOUT_S = 3
+HANG_AFTER_S = 6.0
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Cluster, Any]]:
+    env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S), "RAYDBG_RESUME_POLL_S": "0.25"}
+    with Cluster(num_cpus=8, env=env, by_value=(targets,)) as c:
+        yield c, c.up()
+
+
+def _trainer(fn: Any, name: str, tmp_path: Path, workers: int = 2, config: dict[str, Any] | None = None,
+             timeout_s: int = COLLECTIVE_TIMEOUT_S) -> Any:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    out = tmp_path / f"out-{name}"
+    out.mkdir()
+    return TorchTrainer(
+        fn,
+        train_loop_config={**(config or {}), "out": str(out)},
+        torch_config=TorchConfig(backend="gloo", timeout_s=timeout_s),
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+    )
+
+
+class Fit:
+    """trainer.fit() in a thread: the test drives the debugger meanwhile."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.out = Path(trainer.train_loop_config["out"])
+        self.result: Any = None
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(trainer,), daemon=True)
+        self.thread.start()
+
+    def _run(self, trainer: Any) -> None:
+        try:
+            self.result = trainer.fit()
+        except BaseException as exc:  # the test reports it
+            self.error = exc
+
+    def join(self, timeout: float = 240) -> list[float]:
+        """Every rank's result, in rank order, once the run finished without error."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the run did not finish"
+        assert self.error is None, f"the run failed: {self.error!r}"
+        assert self.result is not None and self.result.error is None, self.result.error
+        files = sorted(self.out.iterdir(), key=lambda p: int(p.name[4:]))
+        return [float(p.read_text()) for p in files]
+
+
+def _list_json(c: Cluster) -> list[dict[str, Any]]:
+    out = c.cli("list", "--json", timeout=90)
+    assert out.returncode == 0, out.stderr
+    return list(json.loads(out.stdout))
+
+
+def _wait_held_in_collective(c: Cluster, sid: str, ranks: list[int], timeout: float = 90) -> list[dict[str, Any]]:
+    """`raydbg list --json` until the paused session holds `ranks`, all inside a collective."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        recs = {r["id"]: r for r in _list_json(c)}
+        last = recs.get(sid)
+        held = (last or {}).get("held") or []
+        if sorted(h["world_rank"] for h in held) == ranks and all(h["in_collective"] for h in held):
+            return list(held)
+        time.sleep(0.5)
+    raise AssertionError(f"ranks {ranks} not shown held in a collective: {last}")
+
+
+def test_paused_rank_outlives_a_short_collective_timeout(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, gw = cluster
+    fit = Fit(_trainer(targets.rank0_pauses, "gang-timeout", tmp_path))
+    rec = wait_for_session(gw, function="rank0_pauses", line=targets.line_of("gang_rank0"))
+    assert (rec["train_run"], rec["train_rank"], rec["train_local_rank"], rec["train_world_size"]) == (
+        "gang-timeout", 0, 0, 2)
+    assert rec["group"] is None
+    held = _wait_held_in_collective(c, rec["id"], [1])
+    assert held[0]["state"] == "held" and "all_reduce" in held[0]["summary"]
+    text = c.cli("list", timeout=90)
+    assert text.returncode == 0 and "held by rank 0 of run gang-timeout: ranks 1:" in text.stdout, text.stdout
+    # Rank 1 has been in all_reduce since before the line above: stay paused 2x its timeout.
+    time.sleep(2 * COLLECTIVE_TIMEOUT_S + 0.5)
+    with forward(c.address, rec["id"]) as port:
+        seen = asyncio.run(attach_and_inspect(port, "local_value"))  # then `continue` over DAP
+    assert seen["value"] == "1000"
+    assert fit.join() == [3.0, 3.0]  # 1 + 2: rank 1's all_reduce survived the pause
+    wait_gone(gw, rec["id"])
+
+
+def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, gw = cluster
+    fit = Fit(_trainer(targets.all_ranks_pause, "gang-all", tmp_path, workers=3))
+    deadline = time.monotonic() + 120
+    members: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        members = [r for r in asyncio.run(gw.sessions()) if r.get("train_run") == "gang-all" and r["attachable"]]
+        if len(members) == 3:
+            break
+        time.sleep(0.2)
+    assert len(members) == 3, members
+    groups = {r["group"] for r in members}
+    assert len(groups) == 1 and None not in groups
+    group = groups.pop()
+    assert sorted(r["train_rank"] for r in members) == [0, 1, 2]
+    assert all(r["line"] == targets.line_of("gang_all") for r in members)
+    text = c.cli("list", timeout=90)
+    assert text.returncode == 0 and f"group {group}: ranks 0-2 (3/3) of run gang-all" in text.stdout, text.stdout
+    # A client attaches to one of them (rank 1) and stays; `raydbg continue GROUP` resumes all three.
+    rank1 = next(r for r in members if r["train_rank"] == 1)
+
+    async def attached_then_continue() -> str:
+        with forward(c.address, rank1["id"]) as port:
+            seen = await attach_and_inspect(port, "local_value", resume=False)
+            client = seen["client"]
+            assert seen["value"] == "2001"
+            out = await asyncio.to_thread(c.cli, "continue", group, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert "3 session(s) resume" in out.stdout
+            await asyncio.to_thread(fit.thread.join, 180)
+            await client.disconnect()
+            await client.close()
+            return str(seen["value"])
+
+    asyncio.run(attached_then_continue())
+    assert fit.join() == [6.0, 6.0, 6.0]
+    for r in members:
+        wait_gone(gw, r["id"])
+
+
+def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
+    return [e for e in asyncio.run(gw.events(500))
+            if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == run]
+
+
+def test_hang_events_for_a_stuck_run_only(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, gw = cluster
+    release = tmp_path / "release"
+    stuck = Fit(_trainer(targets.stuck_rank, "gang-stuck", tmp_path, config={"release": str(release)},
+                         timeout_s=600))
+    slow = Fit(_trainer(targets.slow_steps, "gang-slow", tmp_path, config={"steps": 6, "step_s": 3.0},
+                        timeout_s=600))
+    paused = Fit(_trainer(targets.rank0_pauses, "gang-paused", tmp_path, timeout_s=600))
+    rec = wait_for_session(gw, function="rank0_pauses", train_run="gang-paused")
+    deadline = time.monotonic() + 120
+    while not _hang_events(gw, "gang-stuck") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    events = _hang_events(gw, "gang-stuck")
+    assert len(events) == 1, events
+    details = events[0]["details"]
+    assert details["world_size"] == 2 and details["stalled_for_s"] >= HANG_AFTER_S
+    classes = details["classes"]
+    assert len(classes) >= 2, classes  # the stuck rank and the rank waiting for it differ
+    by_rank = {m["world_rank"]: cl for cl in classes for m in cl["members"]}
+    assert not by_rank[1]["in_collective"] and "stuck_rank" in by_rank[1]["summary"], classes
+    assert by_rank[0]["in_collective"] and by_rank[0]["id"] != by_rank[1]["id"], classes
+    # Keep the paused run paused past the threshold too, and let the slow run step on.
+    time.sleep(3 * HANG_AFTER_S)
+    assert len(_hang_events(gw, "gang-stuck")) == 1  # once per stall
+    out = c.cli("continue", rec["id"], timeout=60)  # no client: the waiting session ends
+    assert out.returncode == 0 and f"session {rec['id']} resumes" in out.stdout, out.stdout + out.stderr
+    release.touch()
+    assert stuck.join() == [3.0, 3.0]
+    assert paused.join() == [3.0, 3.0]
+    assert slow.join() == [6 * 3.0] * 2
+    time.sleep(2 * HANG_AFTER_S)  # a continued run's clock restarts: nothing after the fact either
+    assert _hang_events(gw, "gang-slow") == []
+    assert _hang_events(gw, "gang-paused") == []
+    assert len(_hang_events(gw, "gang-stuck")) == 1
+    shown = c.cli("events", "--limit", "500", timeout=60)
+    assert shown.returncode == 0 and "Train run gang-stuck" in shown.stdout
