@@ -44,14 +44,30 @@ def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
     """Remove this node's dead sessions; one record that fails never stops the others."""
     removed = 0
     for rec in dead_sessions(registry.sessions(), node_id, alive_nodes):
+        here = rec["node_id"] == node_id
+        why = f"worker {rec['pid']} is gone" if here else f"node {rec['node_id']} is dead"
         try:
             registry.delete(registry.SESSION + rec["id"])
             registry.record_event(
-                "session.collected",
-                f"session {rec['id']} removed: worker {rec['pid']} is gone",
+                "session.collected", f"session {rec['id']} removed: {why}",
                 node_id=rec["node_id"], session=rec["id"], pid=rec["pid"],
             )
             removed += 1
         except Exception:
             log.exception("raydbg agent: could not collect session %s", rec["id"])
+    if alive_nodes is not None:
+        collect_agents(alive_nodes)
     return removed
+
+
+def collect_agents(alive_nodes: set[str]) -> None:
+    """On the gateway: drop the agent records of dead nodes (their agent cannot do it)."""
+    for agent in dead_agents(registry.agents(), alive_nodes, time.time()):
+        try:
+            registry.delete(registry.AGENT + str(agent["node_id"]))
+            registry.record_event(
+                "agent.collected", f"agent of node {agent['node_id']} removed: the node is dead",
+                node_id=str(agent["node_id"]), pid=agent.get("pid"),
+            )
+        except Exception:
+            log.exception("raydbg agent: could not collect agent of node %s", agent.get("node_id"))
