@@ -7,6 +7,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from collections.abc import Callable
@@ -103,6 +104,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 LIST_COLUMNS = ("id", "job", "what", "node", "pid", "where", "function", "reason", "paused", "attached")
+# Least useful first: what a narrow terminal gives up (id, what and where stay; the id is never cut).
+LIST_DROP_ORDER = ("function", "job", "attached", "pid", "node", "paused", "reason")
 
 
 def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
@@ -114,7 +117,7 @@ def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
         str(rec.get("pid")),
         f"{os.path.basename(rec.get('file', ''))}:{rec.get('line')}",
         rec.get("function", ""),
-        records.reason_text(rec)[:60],
+        records.reason_text(rec),
         records.paused_for(rec, now),
         "yes" if rec.get("state") == "attached" else ("starting" if rec.get("state") == "starting" else "no"),
     )
@@ -132,16 +135,14 @@ def cmd_list(args: argparse.Namespace) -> int:
     if not recs:
         print("no paused sessions")
         return 0
-    from rich.console import Console
-    from rich.table import Table
+    from raydbg import table_layout
 
-    table = Table(box=None, header_style="bold")
-    for col in LIST_COLUMNS:
-        table.add_column(col)
     now = time.time()
-    for rec in recs:
-        table.add_row(*_list_row(rec, now))
-    Console().print(table)
+    # A pipe gets whole values; a terminal drops the least useful columns before cutting any.
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    for line in table_layout.render(LIST_COLUMNS, [_list_row(rec, now) for rec in recs], width,
+                                    drop_order=LIST_DROP_ORDER, never_cut=("id",)):
+        print(line)
     for line in cli_train.held_lines(recs):
         print(line)
     return 0
@@ -181,11 +182,14 @@ def cmd_events(args: argparse.Namespace) -> int:
 # --- forward ----------------------------------------------------------------------
 def cmd_forward(args: argparse.Namespace) -> int:
     from raydbg.forward import Forwarder
+    from raydbg.session_ids import resolve_session
 
     async def serve() -> None:
-        fwd = Forwarder(_gateway(args), args.session_id, args.port)
+        gw = _gateway(args)
+        sid = await resolve_session(gw, args.session_id)  # any unique prefix of the id
+        fwd = Forwarder(gw, sid, args.port)
         port = await fwd.start()
-        print(f"raydbg forward: session {args.session_id} on 127.0.0.1:{port} "
+        print(f"raydbg forward: session {sid} on 127.0.0.1:{port} "
               f"(DAP clients: connect to this port; Ctrl-C to stop)", flush=True)
         try:
             await asyncio.Event().wait()
@@ -247,7 +251,7 @@ def _register_core(sub: Any) -> None:
     _common(p)
     p.set_defaults(fn=cmd_events)
     p = sub.add_parser("forward", help="a local port any DAP client can attach to")
-    p.add_argument("session_id")
+    p.add_argument("session_id", help="session id or any unique prefix of it (see `raydbg list`)")
     p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port)")
     _common(p, json_flag=False)
     p.set_defaults(fn=cmd_forward)

@@ -69,11 +69,17 @@ class SessionFeed:
             await asyncio.sleep(self.poll_s)
 
     async def next(self, seen: int, timeout: float) -> tuple[int, str | None]:
-        """Wait until the list is newer than version `seen` (or `timeout`); (version, body)."""
+        """Wait until the list is newer than version `seen` (or `timeout`); (version, body).
+
+        The body is None only when the first poll has not answered within `timeout`.
+        """
+        def ready() -> bool:
+            return self.body is not None and self.version != seen
+
         async with self._changed:
-            if self.version == seen:
+            if not ready():
                 try:
-                    await asyncio.wait_for(self._changed.wait_for(lambda: self.version != seen), timeout)
+                    await asyncio.wait_for(self._changed.wait_for(ready), timeout)
                 except asyncio.TimeoutError:
                     pass
         return self.version, self.body

@@ -173,6 +173,8 @@ class AgentServer:
             while True:
                 # Unchanged lists are sent again every KEEPALIVE_S: clients see the stream is alive.
                 seen, body = await self.feed.next(seen, SSE_KEEPALIVE_S)
+                if body is None:
+                    continue  # the first read has not answered yet
                 # A client that stops reading is dropped, not waited for.
                 await asyncio.wait_for(resp.write(f"event: sessions\ndata: {body}\n\n".encode()),
                                        SSE_WRITE_TIMEOUT_S)

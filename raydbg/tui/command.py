@@ -12,6 +12,12 @@ def _run(args: argparse.Namespace, attach: str | None) -> int:
 
     # Discovery errors (no cluster, no token) are GatewayError: the CLI prints one line.
     found = HttpGateway.discover(args.address, args.token_file)
+    if attach:
+        import asyncio
+
+        from raydbg.session_ids import resolve_session
+
+        attach = asyncio.run(resolve_session(found, attach))  # any unique prefix of the id
     gateway = HttpGateway(found.address, found.token)
     app = create_app(gateway, attach=attach, refresh=args.refresh)
     app.run()
