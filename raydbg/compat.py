@@ -7,6 +7,7 @@ Ray's own debugger, as if raydbg were not installed.
 
 from __future__ import annotations
 
+import re
 import sys
 from importlib import metadata
 
@@ -27,8 +28,8 @@ def ray_version() -> str:
 def _key(version: str) -> tuple[int, ...]:
     parts = []
     for piece in version.split("+")[0].split(".")[:3]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else -1)
+        lead = re.match(r"\d+", piece)  # "0rc1" -> 0: a pre-release of the bound counts
+        parts.append(int(lead.group()) if lead else -1)
     return tuple(parts + [0] * (3 - len(parts)))
 
 

@@ -46,6 +46,6 @@ def register(sub: Any) -> None:
     common(p)
     p.set_defaults(fn=cmd_tui)
     p = sub.add_parser("attach", help="open the terminal debugger on one paused session")
-    p.add_argument("session_id", help="session id (see `raydbg list`)")
+    p.add_argument("session_id", help="session id or any unique prefix of it (see `raydbg list`)")
     common(p)
     p.set_defaults(fn=cmd_attach)
