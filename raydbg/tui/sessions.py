@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -14,6 +15,25 @@ from raydbg import records
 from raydbg.tui.format import SESSION_COLUMNS, age, session_matches, session_row
 from raydbg.tui.messages import AttachRequested
 from raydbg.tui.row_table import RowTable, set_border_title
+
+HELD_EVERY_S = 5.0
+REASON = SESSION_COLUMNS.index("reason")
+
+
+def with_gang(row: tuple[str, ...], rec: dict[str, Any], held: list[dict[str, Any]] | None) -> tuple[str, ...]:
+    """The reason cell also says the pause group and the ranks this paused rank holds."""
+    extra = []
+    if rec.get("group"):
+        extra.append(f"group {rec['group']}")
+    if held:
+        from raydbg.gang.cli_train import _ranges
+
+        extra.append(f"holds ranks {_ranges([int(h['world_rank']) for h in held])}")
+    if not extra:
+        return row
+    cells = list(row)
+    cells[REASON] = " · ".join([cells[REASON], *extra])
+    return tuple(cells)
 
 
 class SessionsPane(Vertical):
@@ -31,6 +51,8 @@ class SessionsPane(Vertical):
         self._shown: list[str] = []  # session ids, in table order
         self._cache: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
         self._seen: set[str] | None = None  # None until the first list: no notices for it
+        self.held: dict[str, list[dict[str, Any]]] = {}  # session id -> ranks it holds (Train)
+        self._held_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield Input(placeholder="filter sessions (Esc clears)", id="session-filter")
@@ -49,6 +71,31 @@ class SessionsPane(Vertical):
         self._cache = {k: v for k, v in self._cache.items() if k in unique}
         self.sessions = sorted(unique.values(), key=lambda r: -float(r.get("since", 0)))
         self._render_rows()
+        self._refresh_held()
+
+    def _refresh_held(self) -> None:
+        """Paused Train ranks: ask the gateway's stacks which ranks they hold (every HELD_EVERY_S)."""
+        runs = sorted({(str(r.get("job_id") or ""), str(r["train_run"])) for r in self.sessions if r.get("train_run")})
+        gw = getattr(self.screen, "gateway", None)
+        if not runs or gw is None or not hasattr(gw, "stacks") or time.monotonic() - self._held_at < HELD_EVERY_S:
+            return
+        self._held_at = time.monotonic()
+        self._fetch_held(gw, runs)
+
+    @work(exclusive=True, group="held")
+    async def _fetch_held(self, gw: Any, runs: list[tuple[str, str]]) -> None:
+        from raydbg.gang.cli_train import held_by_session
+
+        held: dict[str, list[dict[str, Any]]] = {}
+        for job, run in runs:
+            try:
+                held.update(held_by_session(self.sessions, await gw.stacks(job, run)))
+            except Exception:
+                continue  # the rows stay as they are; the next list asks again
+        if held != self.held:
+            self.held = held
+            self._cache.clear()
+            self._render_rows()
 
     def _notify_new(self, sessions: list[dict[str, Any]]) -> None:
         ids = {str(r.get("id")) for r in sessions}
@@ -79,7 +126,7 @@ class SessionsPane(Vertical):
         paused = age(float(rec.get("since", 0)), now)
         if cached is not None and cached[0] == rec and cached[1][2] == paused:
             return cached[1]
-        row = session_row(rec, now)
+        row = with_gang(session_row(rec, now), rec, self.held.get(key))
         self._cache[key] = (rec, row)
         return row
 
