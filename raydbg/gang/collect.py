@@ -48,12 +48,15 @@ async def _progress(token: str, node_id: str) -> dict[Any, float]:
         return {}
 
 
-def _query(pids: list[int] | None, job: str | None, native: bool, use_pyspy: bool) -> dict[str, str]:
+def _query(pids: list[int] | None, job: str | None, run: str | None, native: bool,
+           use_pyspy: bool) -> dict[str, str]:
     q = {"native": "1" if native else "0", "pyspy": "1" if use_pyspy else "0"}
     if pids is not None:
         q["pids"] = ",".join(map(str, pids))
     if job:
         q["job"] = job
+    if run:
+        q["run"] = run
     return q
 
 
@@ -69,23 +72,25 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
     for (nid, pid), lab in labels.items():
         by_node.setdefault(nid, {})[pid] = lab
     errors: list[dict[str, Any]] = []
-    if run is not None and not runs:
-        errors.append({"node_id": "", "error": f"no live Ray Train run named {run}"})
     workers: list[dict[str, Any]] = []
 
     async def ask(http: aiohttp.ClientSession, agent: dict[str, Any]) -> None:
         nid = str(agent.get("node_id"))
         node_labels = by_node.get(nid, {})
-        pids = sorted(node_labels) if run is not None else None
-        if pids == []:
+        # With Train's state actor the run's pids are known here; without it each agent
+        # knows its own ranks (progress records) and filters by run itself.
+        pids = sorted(node_labels) if run is not None and runs else None
+        agent_run = run if pids is None else None
+        if pids == [] and not node_labels:
             return  # none of the run's ranks on this node
         try:
             if nid == self_node_id:
                 got = await node.node_stacks(nid, str(agent.get("node_ip")), pids=None if pids is None else set(pids),
-                                             job=job, native=native, use_pyspy=use_pyspy, labels=node_labels)
+                                             job=job, run=agent_run, native=native, use_pyspy=use_pyspy,
+                                             labels=node_labels)
             else:
                 url = agent_base_url(agent) + "/api/v1/node/stacks"
-                q = _query(pids, job, native, use_pyspy)
+                q = _query(pids, job, agent_run, native, use_pyspy)
                 async with http.get(url, params=q, headers={"Authorization": f"Bearer {token}"}) as resp:
                     body = await resp.json(content_type=None)
                     if resp.status != 200:
@@ -103,7 +108,9 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
         progress, _ = await asyncio.gather(_progress(token, self_node_id),
                                            asyncio.gather(*(ask(http, a) for a in live)))
     if run is not None:
-        workers = [w for w in workers if w.get("train_run") in {r["name"] for r in runs}]
+        workers = [w for w in workers if run in (w.get("train_run"), w.get("train_run_id"))]
+        if not workers:
+            errors.append({"node_id": "", "error": f"no worker of a Ray Train run named {run}"})
     workers.sort(key=lambda w: (w.get("train_run") or "", w.get("world_rank") if w.get("world_rank") is not None
                                 else 1 << 30, str(w.get("node_id")), int(w.get("pid") or 0)))
     for w in workers:

@@ -1,10 +1,14 @@
 """Who each Ray worker on this node is: job, task or actor, Train run and ranks, paused or not.
 
 Sources, cheapest first: the raylet's children and their `ray::` process titles (psutil),
-raydbg's session records (paused threads, with job and Train rank), GCS's actor table
-(actor id, name, job; works without the dashboard), GCS task events only when a task
-worker's job is asked for, and Ray Train's state actor, read once per request by the
-gateway (`train_labels`) and passed down to the agents as labels.
+the progress records activated Train workers write on this node when their process group
+is set up (raydbg/gang/progress.py: run name, world and local rank, world size; a file
+read per worker, no Ray call), raydbg's session records (paused threads), GCS's actor
+table (actor id, name, job; works without the dashboard), GCS task events only when a
+task worker's job is asked for. Ray Train's own state actor knows the ranks too, but
+only exists with RAY_TRAIN_ENABLE_STATE_TRACKING=1 (off by default in Ray 2.60): the
+gateway reads it once per request when it is there (`train_labels`) and applies it to
+the merged answer.
 """
 
 from __future__ import annotations
@@ -79,6 +83,26 @@ def apply_sessions(ids: dict[int, dict[str, Any]], sessions: Iterable[dict[str, 
                 w[mine] = rec[theirs]
 
 
+def apply_progress(ids: dict[int, dict[str, Any]], recs: Iterable[dict[str, Any]], node_id: str) -> None:
+    """Train identity from this node's progress records (the newest record of each pid)."""
+    for rec in sorted(recs, key=lambda r: float(r.get("ts") or 0)):
+        w = ids.get(int(rec.get("pid") or 0))
+        if w is None or rec.get("train_run") is None or rec.get("node_id") not in (None, "", node_id):
+            continue
+        w.update(train_run=rec["train_run"], world_rank=rec.get("world_rank"),
+                 local_rank=rec.get("local_rank"), world_size=rec.get("world_size"))
+        w["job_id"] = w["job_id"] or rec.get("job_id") or None
+
+
+def _progress_records() -> list[dict[str, Any]]:
+    try:
+        from raydbg.gang import progress
+
+        return list(progress.read_all())
+    except Exception:
+        return []
+
+
 def apply_labels(w: dict[str, Any], labels: dict[str, Any] | None) -> None:
     for k, v in (labels or {}).items():
         if v is not None:
@@ -113,6 +137,7 @@ def node_workers(node_id: str, node_ip: str, pids: set[int] | None = None,
 
     view = GcsView()
     apply_actors(ids, view.actors(node_id))
+    apply_progress(ids, _progress_records(), node_id)
     apply_sessions(ids, registry.sessions(), node_id)
     if want_task_jobs and any(w["job_id"] is None and not w["idle_worker"] for w in ids.values()):
         for t in view.running_tasks(node_id):  # every task event: only when a job filter needs it

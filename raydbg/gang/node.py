@@ -52,16 +52,18 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
 
 
 async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = None, job: str | None = None,
-                      native: bool = False, use_pyspy: bool = True,
+                      run: str | None = None, native: bool = False, use_pyspy: bool = True,
                       labels: dict[int, dict[str, Any]] | None = None,
                       blocking: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
-    """WorkerStacks of this node's Ray workers (filtered by pids and job before any dump)."""
-    run = blocking or (lambda fn, *a: asyncio.get_running_loop().run_in_executor(None, partial(fn, *a)))
-    ids: list[dict[str, Any]] = await run(identity.node_workers, node_id, node_ip, pids, job is not None)
+    """WorkerStacks of this node's Ray workers (filtered by pids, job and run before any dump)."""
+    call = blocking or (lambda fn, *a: asyncio.get_running_loop().run_in_executor(None, partial(fn, *a)))
+    ids: list[dict[str, Any]] = await call(identity.node_workers, node_id, node_ip, pids, job is not None)
     for w in ids:
         identity.apply_labels(w, (labels or {}).get(int(w["pid"])))
     if job is not None:
         ids = [w for w in ids if w.get("job_id") == job]
+    if run is not None:
+        ids = [w for w in ids if run in (w.get("train_run"), w.get("train_run_id"))]
     ids = [w for w in ids if w.get("task_name") is not None or w.get("actor_id")]  # not idle workers
     sem = asyncio.Semaphore(PARALLEL)
     use_pyspy = use_pyspy and pyspy_enabled()

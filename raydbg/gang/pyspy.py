@@ -19,7 +19,9 @@ class StackError(Exception):
 
 
 def find_pyspy() -> str | None:
-    """py-spy next to this interpreter (ray[default] installs it there), else on PATH."""
+    """RAYDBG_PYSPY, else py-spy next to this interpreter (ray[default] installs it there), else PATH."""
+    if os.environ.get("RAYDBG_PYSPY"):
+        return os.environ["RAYDBG_PYSPY"]
     here = os.path.join(os.path.dirname(sys.executable), "py-spy")
     if os.access(here, os.X_OK):
         return here

@@ -1,6 +1,6 @@
 """HTTP routes for stacks: `GET /api/v1/node/stacks` on every agent, `GET /api/v1/stacks` on the gateway.
 
-  /api/v1/node/stacks?pids=1,2&job=ID&native=0|1&pyspy=0|1   this node's WorkerStacks
+  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1   this node's WorkerStacks
   /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1                    the whole cluster, grouped
 """
 
@@ -41,6 +41,7 @@ def routes(server: Any) -> list[web.RouteDef]:
             return web.json_response({"error": str(exc)}, status=400)
         workers = await node.node_stacks(
             server.node_id, server.node_ip, pids=pids, job=request.query.get("job") or None,
+            run=request.query.get("run") or None,
             native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True),
             blocking=server._blocking)
         return web.json_response({"node_id": server.node_id, "workers": workers})

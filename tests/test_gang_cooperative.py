@@ -1,0 +1,112 @@
+"""Cooperative stacks and the py-spy fallback on real processes (no Ray): signal, files, denial."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from raydbg.gang import cooperative, node, pyspy
+
+CHILD = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, {repo!r})
+    from raydbg.gang import cooperative
+    installed = cooperative.install()
+
+    def side_work():
+        time.sleep(300)
+
+    threading.Thread(target=side_work, name="side-thread", daemon=True).start()
+    print(installed, flush=True)
+
+    def main_work():
+        while True:
+            time.sleep(0.05)
+
+    main_work()
+    """
+)
+
+
+@pytest.fixture
+def child(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[subprocess.Popen[str]]:
+    monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen([sys.executable, "-c", CHILD.format(repo=repo)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "RAYDBG_STACKS_DIR": str(tmp_path)})
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "True"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def functions(threads: list[dict]) -> set[str]:
+    return {f["function"] for t in threads for f in t["frames"]}
+
+
+def test_signal_gives_every_thread_with_names(child: subprocess.Popen[str]) -> None:
+    threads, how = asyncio.run(cooperative.request(child.pid))
+    assert how == "json"  # the main thread runs Python between sleeps: the rich answer
+    names = {t["name"] for t in threads}
+    assert {"MainThread", "side-thread"} <= names
+    assert {"main_work", "side_work"} <= functions(threads)
+    assert "_on_signal" not in functions(threads) and "snapshot" not in functions(threads)
+    # Asked again: a fresh answer, and the worker still runs.
+    threads2, _ = asyncio.run(cooperative.request(child.pid))
+    assert "main_work" in functions(threads2) and child.poll() is None
+
+
+def test_faulthandler_text_when_python_handler_is_late(child: subprocess.Popen[str], tmp_path: Path) -> None:
+    # The C-level dump lands at once; a zero grace takes it before the Python handler's JSON.
+    text, final = cooperative._paths(child.pid)
+    os.truncate(text, 0)
+    os.kill(child.pid, cooperative.SIGNUM)
+    asyncio.run(asyncio.sleep(0.5))
+    threads = cooperative.parse_faulthandler(text.read_text())
+    assert {"main_work", "side_work"} <= functions(threads)
+    assert final.exists()  # and the JSON came too
+
+
+def test_never_signals_a_process_without_our_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not cooperative.available(plain.pid)
+        with pytest.raises(pyspy.StackError):
+            asyncio.run(cooperative.request(plain.pid))
+        assert plain.poll() is None  # SIGUSR2's default action would have killed it
+    finally:
+        plain.kill()
+        plain.wait()
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
+def test_pyspy_denied_falls_back_to_the_handler(child: subprocess.Popen[str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    # py-spy run as nobody: ptrace of a root process is refused for real (EPERM).
+    wrapper = tmp_path / "py-spy-as-nobody"
+    wrapper.write_text(f'#!/bin/sh\nexec setpriv --reuid=65534 --regid=65534 --clear-groups {pyspy.find_pyspy()} "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("RAYDBG_PYSPY", str(wrapper))
+    with pytest.raises(pyspy.StackError, match="Permission Denied"):
+        asyncio.run(pyspy.dump(child.pid))
+    w = asyncio.run(node.worker_stacks({"pid": child.pid, "paused_threads": []}, False, True))
+    assert w["source"] == "cooperative" and "error" not in w
+    assert "main_work" in functions(w["threads"])
+
+
+def test_pyspy_dump_of_a_live_process(child: subprocess.Popen[str]) -> None:
+    threads = asyncio.run(pyspy.dump(child.pid))
+    assert {"main_work", "side_work"} <= functions(threads)
+    assert any(t["name"] == "side-thread" for t in threads)
+    with pytest.raises(pyspy.StackError):
+        asyncio.run(pyspy.dump(2**22 + 12345))  # no such pid: an error, not an exception leak
