@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -98,6 +99,7 @@ class Node:
     resources: dict[str, float]
     node_manager_port: int
     log: Path
+    temp_dir: Path
 
     def raylet_pid(self) -> int:
         for child in psutil.Process(self.proc.pid).children(recursive=True):
@@ -122,10 +124,15 @@ class Node:
             except subprocess.TimeoutExpired:
                 continue
             if not _group_alive(self.proc.pid):
+                self.remove_files()
                 return
             time.sleep(0.5)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
+
+    def remove_files(self) -> None:
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+        self.log.unlink(missing_ok=True)
 
     def tail(self, chars: int = 3000) -> str:
         try:
@@ -182,7 +189,7 @@ class Cluster:
         for module in self.by_value:
             cloudpickle.register_pickle_by_value(module)
         kwargs: dict[str, Any] = {"_system_config": self.system_config} if self.system_config else {}
-        ray.init(num_cpus=self.num_cpus, include_dashboard=False, runtime_env=raydbg.runtime_env(),
+        ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=raydbg.runtime_env(),
                  logging_level="WARNING", **kwargs)
         self.address = str(ray.get_runtime_context().gcs_address)
         return self.address
@@ -201,8 +208,14 @@ class Cluster:
         nm, om, metrics, agent_http, agent_grpc, runtime_env = free_ports(6)
         low, high = free_port_range()
         log = Path(tempfile.mkstemp(prefix="raydbg-node-", suffix=".log")[1])
+        # Its own temp dir: `ray start` writes ray_current_cluster there, and in the shared
+        # /tmp/ray that file makes every later plain ray.init() on this machine (other
+        # test clusters too) join this cluster instead of starting its own. Short: socket
+        # paths under it must stay below the 107-byte limit.
+        temp_dir = Path(tempfile.mkdtemp(prefix="rdn-", dir="/tmp"))
         cmd = [
             RAY, "start", "--address", self.address, "--block", "--disable-usage-stats",
+            "--temp-dir", str(temp_dir),
             "--num-cpus", str(num_cpus), "--num-gpus", "0", "--resources", json.dumps(resources),
             "--object-store-memory", str(200 * 1024 * 1024),
             "--node-manager-port", str(nm), "--object-manager-port", str(om),
@@ -217,14 +230,14 @@ class Cluster:
         while time.monotonic() < deadline:
             for n in ray.nodes():
                 if n.get("Alive") and int(n.get("NodeManagerPort", 0)) == nm:
-                    node = Node(proc, str(n["NodeID"]), resources, nm, log)
+                    node = Node(proc, str(n["NodeID"]), resources, nm, log, temp_dir)
                     self.nodes.append(node)
                     return node
             if proc.poll() is not None:
                 break
             time.sleep(0.25)
         tail = log.read_text(errors="replace")[-3000:]
-        Node(proc, "", resources, nm, log).stop()
+        Node(proc, "", resources, nm, log, temp_dir).stop()
         raise AssertionError(f"extra raylet did not join within {timeout}s (rc {proc.poll()}):\n{tail}")
 
     def _node_env(self) -> dict[str, str]:
