@@ -107,8 +107,9 @@ class AgentServer:
             web.get("/metrics", prometheus.metrics_handler),
             *self.extra_routes,
         ])
-        from raydbg.gang import train_api
+        from raydbg.gang import routes, train_api
 
+        app.add_routes(routes.routes(self))  # stacks: this node's, and the cluster's on the gateway
         train_api.register(self, app)  # continue, pause groups, progress; the gateway's hang detector
         return app
 

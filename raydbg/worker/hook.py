@@ -50,6 +50,9 @@ def install() -> None:
 
     rpdb._post_mortem = post_mortem  # type: ignore[assignment]
     ray_debugpy._post_mortem = post_mortem  # type: ignore[assignment]
+    from raydbg.gang import cooperative
+
+    cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
 
 
 def setup_hook() -> None:
