@@ -189,8 +189,10 @@ class Cluster:
         for module in self.by_value:
             cloudpickle.register_pickle_by_value(module)
         kwargs: dict[str, Any] = {"_system_config": self.system_config} if self.system_config else {}
-        ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, runtime_env=raydbg.runtime_env(),
-                 logging_level="WARNING", **kwargs)
+        # "local": always a new cluster; a plain ray.init() would join whatever cluster a
+        # `ray start` on this machine last wrote into /tmp/ray/ray_current_cluster.
+        ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False,
+                 runtime_env=raydbg.runtime_env(), logging_level="WARNING", **kwargs)
         self.address = str(ray.get_runtime_context().gcs_address)
         return self.address
 
