@@ -1,13 +1,11 @@
-"""Loss-curve PNG from a training log, drawn with Pillow (no plotting library needed)."""
+"""Loss-curve PNG from a training log, drawn with matplotlib (part of the [sd] extra)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from PIL import Image, ImageDraw
-
-W, H, PAD_L, PAD_R, PAD_T, PAD_B = 800, 480, 70, 20, 40, 50
+SIZE_IN, DPI = (8.0, 4.8), 100  # 800 x 480 pixels
 
 
 def loss_points(records: list[dict[str, Any]]) -> tuple[list[tuple[int, float]], list[int]]:
@@ -32,43 +30,43 @@ def moving_average(values: list[float], window: int) -> list[float]:
     return out
 
 
-def plot_loss(records: list[dict[str, Any]], out: Path, title: str = "training loss") -> Path:
+def loss_figure(records: list[dict[str, Any]], title: str = "training loss") -> Any:
+    """The matplotlib Figure: per-step loss, its moving average, the resume points (caller closes it)."""
     points, resumes = loss_points(records)
     if not points:
         raise ValueError("the training log has no loss records")
-    img = Image.new("RGB", (W, H), "white")
-    d = ImageDraw.Draw(img)
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: no display on a training node
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
     steps = [s for s, _ in points]
     losses = [v for _, v in points]
-    x0, x1 = min(steps), max(max(steps), min(steps) + 1)
-    lo, hi = min(losses), max(losses)
-    hi = hi if hi > lo else lo + 1e-6
+    window = max(2, len(losses) // 20) if len(losses) >= 4 else 1
+    fig = Figure(figsize=SIZE_IN, dpi=DPI)
+    ax = fig.add_subplot()
+    ax.plot(steps, losses, color="#9db4e6", linewidth=1, marker="." if len(steps) < 40 else None,
+            label="loss per step")
+    if window > 1:
+        ax.plot(steps, moving_average(losses, window), color="#143c9f", linewidth=2,
+                label=f"moving average ({window} steps)")
+    for i, step in enumerate(sorted(set(resumes))):
+        ax.axvline(step, color="#c80000", linestyle="--", linewidth=1,
+                   label="resumed from checkpoint" if i == 0 else None)
+    ax.set_title(title)
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
+    ax.grid(True, color="#e6e6e6", linewidth=0.8)
+    ax.legend(loc="upper right", frameon=False)
+    fig.tight_layout()
+    return fig
 
-    def xy(step: float, loss: float) -> tuple[float, float]:
-        x = PAD_L + (step - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
-        y = PAD_T + (hi - loss) / (hi - lo) * (H - PAD_T - PAD_B)
-        return x, y
 
-    d.rectangle([PAD_L, PAD_T, W - PAD_R, H - PAD_B], outline="black")
-    for i in range(5):  # y ticks
-        v = lo + (hi - lo) * i / 4
-        _, y = xy(x0, v)
-        d.line([PAD_L - 5, y, PAD_L, y], fill="black")
-        d.text((5, y - 6), f"{v:.4f}", fill="black")
-    for i in range(5):  # x ticks
-        s = round(x0 + (x1 - x0) * i / 4)
-        x, _ = xy(s, lo)
-        d.line([x, H - PAD_B, x, H - PAD_B + 5], fill="black")
-        d.text((x - 10, H - PAD_B + 8), f"{int(s)}", fill="black")
-    for step in resumes:
-        x, _ = xy(step, lo)
-        for y in range(PAD_T, H - PAD_B, 8):
-            d.line([x, y, x, y + 4], fill=(200, 0, 0))
-    d.line([xy(s, v) for s, v in points], fill=(150, 180, 230), width=1)
-    smooth = moving_average(losses, max(1, len(losses) // 20))
-    d.line([xy(s, v) for s, v in zip(steps, smooth, strict=True)], fill=(20, 60, 160), width=2)
-    d.text((PAD_L, 12), f"{title}  (light: per step, dark: moving average, red: resumed)", fill="black")
-    d.text((W // 2 - 15, H - 20), "step", fill="black")
+def plot_loss(records: list[dict[str, Any]], out: Path, title: str = "training loss") -> Path:
+    """Write the loss curve PNG (800 x 480) to `out`."""
+    fig = loss_figure(records, title)
     out.parent.mkdir(parents=True, exist_ok=True)
-    img.save(out)
+    fig.savefig(out, dpi=DPI)
     return out
