@@ -5,7 +5,7 @@
 
 Starts a local Ray cluster with raydbg's tracing start-up hook, so every driver and
 worker sets up telemetry and Ray carries the W3C trace context with each call.
-With no OTEL_* variables the spans land in <session_dir>/raydbg/telemetry/*.jsonl;
+With no OTEL_* variables the spans land in <session_dir>/raydbg-<uid>/telemetry/*.jsonl;
 set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector instead.
 """
 
