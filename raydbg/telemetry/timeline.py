@@ -1,20 +1,25 @@
-"""Draws a goodput report as a PNG timeline (Pillow): one lane per category, plus a summary bar."""
+"""Draws a goodput report as a PNG timeline (matplotlib): one lane per category, plus a summary lane.
+
+matplotlib is optional (`pip install "raydbg[plot]"`, also in `[sd]`): the light install
+keeps `raydbg goodput`'s text report, and `render` then says in one line why no PNG.
+"""
 
 from __future__ import annotations
 
-from PIL import Image, ImageDraw, ImageFont
+import sys
+from typing import Any
 
 from raydbg.telemetry.goodput import LABELS, Report
 
 COLORS = {
-    "startup": (120, 144, 156),
-    "data": (255, 179, 0),
-    "compute": (67, 160, 71),
-    "checkpoint_save": (30, 136, 229),
-    "checkpoint_restore": (94, 53, 177),
-    "lost_redo": (229, 57, 53),
-    "restart": (173, 20, 87),
-    "idle": (224, 224, 224),
+    "startup": "#78909c",
+    "data": "#ffb300",
+    "compute": "#43a047",
+    "checkpoint_save": "#1e88e5",
+    "checkpoint_restore": "#5e35b1",
+    "lost_redo": "#e53935",
+    "restart": "#ad1457",
+    "idle": "#e0e0e0",
 }
 SHORT = {
     "startup": "start-up / provisioning",
@@ -27,66 +32,56 @@ SHORT = {
     "idle": "idle / unaccounted",
 }
 ORDER = tuple(LABELS)  # the report's order
+DPI = 100
+NO_MATPLOTLIB = 'no timeline PNG: matplotlib is not installed (pip install "raydbg[plot]")'
 
 
-def _font(size: int) -> ImageFont.ImageFont | ImageFont.FreeTypeFont:
+def _bars(report: Report, cat: str) -> list[tuple[float, float]]:
+    """(start, width) from the run's start of the segments of `cat`."""
+    return [(lo - report.start, hi - lo)
+            for lo, hi, c in report.segments if c == cat]
+
+
+def _figure(report: Report, width: int) -> Any:
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    lanes = ["all (summary)"] + [
+        f"{SHORT[c]}  {report.parts.get(c, 0.0):.2f} s ({report.parts.get(c, 0.0) / (report.wall or 1.0):.1%})"
+        for c in ORDER]
+    fig = Figure(figsize=(width / DPI, 0.34 * len(lanes) + 1.2), dpi=DPI)
+    ax = fig.add_subplot()
+    for lane, cat in enumerate((None, *ORDER)):
+        y = len(lanes) - 1 - lane  # the summary on top
+        for c in ORDER if cat is None else (cat,):
+            # An edge as wide as a pixel keeps a sub-millisecond save visible.
+            ax.broken_barh(_bars(report, c), (y - 0.4, 0.8), facecolors=COLORS[c],
+                           edgecolors=COLORS[c], linewidth=0.8)
+    ax.set_yticks(range(len(lanes)), labels=list(reversed(lanes)))
+    ax.set_ylim(-0.6, len(lanes) - 0.4)
+    ax.set_xlim(0, report.wall or 1.0)
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=12, steps=[1, 2, 2.5, 5, 10]))
+    ax.set_xlabel("seconds since the run started")
+    ax.grid(True, axis="x", color="#eeeeee", linewidth=0.8)
+    ax.set_axisbelow(True)
+    for side in ("top", "right", "left"):
+        ax.spines[side].set_visible(False)
+    ax.tick_params(axis="y", length=0)
+    lost = report.parts.get("lost_redo", 0.0) + report.parts.get("restart", 0.0)
+    ax.set_title(f"run {report.run}: wall {report.wall:.1f} s, goodput {report.goodput:.1%}, "
+                 f"lost to failures {lost:.1f} s ({lost / (report.wall or 1.0):.1%}), "
+                 f"attempts {report.attempts}", loc="left")
+    fig.tight_layout()
+    return fig
+
+
+def render(report: Report, path: str, width: int = 1400) -> str | None:
+    """Write the timeline PNG (`width` pixels wide) to `path` and return it; None without matplotlib."""
     try:
-        return ImageFont.load_default(size=size)
-    except TypeError:  # Pillow < 10.1 has one bitmap size only
-        return ImageFont.load_default()
-
-
-def _tick_step(wall: float) -> float:
-    for step in (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600):
-        if wall / step <= 12:
-            return step
-    return 7200.0
-
-
-def render(report: Report, path: str, width: int = 1400) -> str:
-    """Write the timeline PNG to `path` and return it."""
-    left, right, top, lane_h, gap = 360, 30, 70, 26, 8
-    lanes = len(ORDER) + 1
-    height = top + lanes * (lane_h + gap) + 60
-    img = Image.new("RGB", (width, height), "white")
-    draw = ImageDraw.Draw(img)
-    font, small = _font(16), _font(13)
-    span_w = width - left - right
-    wall = report.wall or 1.0
-
-    def x(t: float) -> float:
-        return left + (t - report.start) / wall * span_w
-
-    lost = report.parts["lost_redo"] + report.parts["restart"]
-    draw.text(
-        (20, 15),
-        f"run {report.run}: wall {report.wall:.1f} s, goodput {report.goodput:.1%}, "
-        f"lost to failures {lost:.1f} s ({lost / wall:.1%}), attempts {report.attempts}",
-        fill="black",
-        font=font,
-    )
-    y = top
-    draw.text((20, y + 5), "all (summary)", fill="black", font=small)
-    for lo, hi, cat in report.segments:
-        draw.rectangle([x(lo), y, max(x(hi), x(lo) + 1), y + lane_h], fill=COLORS[cat])
-    for cat in ORDER:
-        y += lane_h + gap
-        secs = report.parts.get(cat, 0.0)
-        draw.text(
-            (20, y + 5), f"{SHORT[cat]}  {secs:.2f} s ({secs / wall:.1%})", fill="black", font=small
-        )
-        draw.rectangle([left, y, left + span_w, y + lane_h], outline=(238, 238, 238))
-        for lo, hi, c in report.segments:
-            if c == cat:
-                draw.rectangle([x(lo), y, max(x(hi), x(lo) + 1), y + lane_h], fill=COLORS[cat])
-    axis_y = y + lane_h + 10
-    draw.line([left, axis_y, left + span_w, axis_y], fill="black")
-    step = _tick_step(wall)
-    t = 0.0
-    while t <= wall + 1e-9:
-        tx = left + t / wall * span_w
-        draw.line([tx, axis_y, tx, axis_y + 5], fill="black")
-        draw.text((tx - 10, axis_y + 8), f"{t:g}s", fill="black", font=small)
-        t += step
-    img.save(path, "PNG")
+        import matplotlib
+    except ImportError:
+        print(f"raydbg goodput: {NO_MATPLOTLIB}", file=sys.stderr)
+        return None
+    matplotlib.use("Agg")  # files only
+    _figure(report, width).savefig(path, dpi=DPI, format="png")
     return path
