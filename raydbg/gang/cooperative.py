@@ -76,6 +76,20 @@ def install() -> bool:
     return True
 
 
+def uninstall() -> None:
+    """Undo install() (tests and the overhead benchmark toggle it)."""
+    if not _installed:
+        return
+    faulthandler.unregister(SIGNUM)
+    signal.signal(SIGNUM, signal.SIG_DFL)
+    os.close(_installed["fd"])
+    try:
+        os.unlink(_installed["path"])
+    except OSError:
+        pass
+    _installed.clear()
+
+
 def snapshot(interrupted: Any = None) -> dict[str, Any]:
     """Every thread of this process: id, name, paused by raydbg, frames innermost first.
 

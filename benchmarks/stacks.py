@@ -1,0 +1,225 @@
+"""Benchmark: `raydbg stacks` (grouped, labelled) against `ray stack` on the same 8/32/64 workers.
+
+    .venv/bin/python benchmarks/stacks.py [--sizes 8 32 64] [--repeats 5] [--overhead-pairs 10]
+
+Workers are plain actors stuck in a sleep (one of them in a different function: the odd
+one out). For each size it times, several times over: the gateway's answer
+(`GET /api/v1/stacks`, what the TUI pays; also with py-spy off, the cooperative
+handler alone), the `raydbg stacks` CLI end to end (a fresh
+Python process, what a user waits for), and `ray stack` (py-spy --native over every
+Ray process of this node, one after the other; ungrouped, no Ray identity). `ray stack`
+calls `sudo`: where there is none (root in a container), a pass-through `sudo` shim goes
+on its PATH. Then the cost of raydbg's stack hook while nobody asks: in one process, a
+CPU training-step loop (an MLP forward/backward/step in torch) in blocks, the hook
+installed and removed between them in alternating order (paired A/B), plus an A/A
+control of two plain blocks. Results go to
+benchmarks/results/stacks.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))
+RESULTS = REPO / "benchmarks" / "results" / "stacks.json"
+
+STEP_LOOP = r"""
+import json, statistics, sys, time
+sys.path.insert(0, {repo!r})
+import torch
+from raydbg.gang import cooperative
+torch.set_num_threads(1)
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
+opt = torch.optim.AdamW(model.parameters(), 1e-3)
+x = torch.randn(64, 256)
+
+def block(n):
+    times = []
+    for _ in range(n):
+        t = time.perf_counter()
+        loss = model(x).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+block(50)  # warm up
+ab, aa = [], []
+for i in range({pairs}):
+    # hook on/off in alternating order; the A/A control compares two plain blocks the same way
+    if i % 2:
+        assert cooperative.install(); b = block({steps}); cooperative.uninstall(); a = block({steps})
+    else:
+        a = block({steps}); assert cooperative.install(); b = block({steps}); cooperative.uninstall()
+    a1, a2 = block({steps}), block({steps})
+    ab.append(b / a); aa.append(a2 / a1)
+print(json.dumps({{"ab": ab, "aa": aa}}))
+"""
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(xs), "max": max(xs), "min": min(xs), "n": len(xs)}
+
+
+def sudo_shim() -> dict[str, str]:
+    env = dict(os.environ)
+    path = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    if subprocess.run(["sh", "-c", "command -v sudo"], capture_output=True).returncode != 0:
+        shim = Path(tempfile.mkdtemp(prefix="raydbg-bench-")) / "sudo"
+        shim.write_text('#!/bin/sh\nexec "$@"\n')
+        shim.chmod(0o755)
+        path = str(shim.parent) + os.pathsep + path
+    env["PATH"] = path
+    return env
+
+
+def time_cmd(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
+    t = time.perf_counter()
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+    if out.returncode != 0:
+        raise RuntimeError(f"{cmd[:3]} failed: {out.stderr[-500:]}")
+    return time.perf_counter() - t, out.stdout
+
+
+def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list[dict[str, Any]]:
+    import ray
+    from cluster import ENV, Cluster
+
+    from raydbg.gang.cli import stacks_path
+
+    @ray.remote(num_cpus=0)
+    class Stuck:
+        def stuck(self) -> None:
+            while True:
+                time.sleep(0.05)
+
+        def odd(self) -> None:
+            while True:
+                time.sleep(0.05)
+
+        def ready(self) -> int:
+            return os.getpid()
+
+    rows = []
+    with Cluster(num_cpus=2, env=dict(ENV)) as cluster:
+        gw = cluster.up()
+        env = sudo_shim()
+        env["RAY_ADDRESS"] = cluster.address
+        actors: list[Any] = []
+        task = progress.add_task("stacks", total=len(sizes) * repeats * 4)
+        for n in sizes:
+            progress.update(task, description=f"starting {n} workers")
+            while len(actors) < n:
+                a = Stuck.remote()
+                ray.get(a.ready.remote(), timeout=300)
+                (a.odd if not actors else a.stuck).remote()
+                actors.append(a)
+            time.sleep(1.0)
+            gateway, coop, cli, ray_stack, took = [], [], [], [], []
+            answer: dict[str, Any] = {}
+            for _ in range(repeats):
+                progress.update(task, description=f"{n} workers: gateway")
+                t = time.perf_counter()
+                answer = asyncio.run(gw.get(stacks_path(None, None, False), timeout=120))
+                gateway.append(time.perf_counter() - t)
+                took.append(float(answer["took_s"]))
+                progress.advance(task)
+                progress.update(task, description=f"{n} workers: gateway, cooperative only")
+                t = time.perf_counter()
+                asyncio.run(gw.get(stacks_path(None, None, False, pyspy=False), timeout=120))
+                coop.append(time.perf_counter() - t)
+                progress.advance(task)
+                progress.update(task, description=f"{n} workers: raydbg stacks")
+                cli.append(time_cmd([sys.executable, "-m", "raydbg", "stacks"], env)[0])
+                progress.advance(task)
+                progress.update(task, description=f"{n} workers: ray stack")
+                secs, out = time_cmd([str(Path(sys.executable).with_name("ray")), "stack"], env)
+                ray_stack.append(secs)
+                progress.advance(task)
+            stuck = [w for w in answer["workers"] if w.get("actor_name") == "Stuck"]
+            classes = [c for c in answer["classes"] if any(
+                m["pid"] in {w["pid"] for w in stuck} for m in c["members"])]
+            rows.append({
+                "workers": n, "gateway_s": stats(gateway), "gateway_took_s": stats(took),
+                "gateway_cooperative_only_s": stats(coop),
+                "raydbg_stacks_cli_s": stats(cli), "ray_stack_s": stats(ray_stack),
+                "stuck_workers_dumped": len([w for w in stuck if w.get("threads")]),
+                "classes_of_stuck": [(c["count"], c["summary"]) for c in classes],
+                "errors": answer["errors"][:5],
+                "ray_stack_dumps": out.count("Stack dump for"),
+            })
+            progress.console.print(f"{n} workers: gateway {statistics.median(gateway):.3f}s, "
+                                   f"cli {statistics.median(cli):.3f}s, ray stack {statistics.median(ray_stack):.3f}s")
+    return rows
+
+
+def overhead_benchmark(pairs: int, steps: int, progress: Progress) -> dict[str, Any]:
+    task = progress.add_task("A/B step cost (one process, hook toggled)", total=1)
+    code = STEP_LOOP.format(repo=str(REPO), steps=steps, pairs=pairs)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
+                         env={**os.environ, "RAYDBG_STACKS_DIR": tempfile.mkdtemp(prefix="raydbg-bench-")})
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-800:])
+    got = json.loads(out.stdout)
+    progress.advance(task)
+    return {
+        "loop": "MLP 256-512-256, batch 64, AdamW, 1 torch thread; ratio of block medians",
+        "steps_per_block": steps, "pairs": pairs,
+        "hook_over_plain": stats(got["ab"]), "plain_over_plain_control": stats(got["aa"]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[8, 32, 64])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--overhead-pairs", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--skip-stacks", action="store_true")
+    args = parser.parse_args()
+    console = Console()
+    result: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                              "cores": os.cpu_count(), "load_before": os.getloadavg()}
+    with Progress(console=console) as progress:
+        if not args.skip_stacks:
+            result["stacks"] = stacks_benchmark(args.sizes, args.repeats, progress)
+        result["overhead"] = overhead_benchmark(args.overhead_pairs, args.steps, progress)
+    result["load_after"] = os.getloadavg()
+    table = Table(title="raydbg stacks vs ray stack (seconds, median / max)")
+    for col in ("workers", "gateway", "gateway, no py-spy", "raydbg stacks (CLI)", "ray stack", "ray stack / raydbg", "groups+labels"):
+        table.add_column(col)
+    for r in result.get("stacks", []):
+        g, c, s = r["gateway_s"], r["raydbg_stacks_cli_s"], r["ray_stack_s"]
+        k = r["gateway_cooperative_only_s"]
+        table.add_row(str(r["workers"]), f"{g['median']:.3f} / {g['max']:.3f}", f"{k['median']:.3f} / {k['max']:.3f}",
+                      f"{c['median']:.3f} / {c['max']:.3f}",
+                      f"{s['median']:.3f} / {s['max']:.3f}", f"{s['median'] / c['median']:.1f}x",
+                      f"raydbg yes ({len(r['classes_of_stuck'])} classes); ray stack no")
+    console.print(table)
+    o = result["overhead"]
+    console.print(f"step cost, hook installed / not: median {o['hook_over_plain']['median']:.4f} "
+                  f"(A/A control {o['plain_over_plain_control']['median']:.4f}), {o['pairs']} pairs")
+    console.print(f"load average before {result['load_before']}, after {result['load_after']}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2))
+    console.print(f"written to {RESULTS.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
