@@ -292,3 +292,19 @@ def test_after_all_that_a_good_client_attaches_and_the_task_finishes(
     assert ray.get(paused["ref"], timeout=60) == 70
     status, body = asyncio.run(get(cluster[1], "/api/v1/status"))
     assert status == 200 and body["refused"].get("malformed", 0) > 0  # the raw-bytes fuzz was counted
+
+
+def test_old_events_are_pruned_and_the_newest_kept(cluster: tuple[Cluster, Gateway]) -> None:
+    now = time.time()
+    old = [f"{int((now - 8 * 86400) * 1000) + i:015d}-old{i}" for i in range(5)]
+    new = [f"{int(now * 1000) + i:015d}-new{i}" for i in range(5)]
+    for key in old + new:
+        registry.put(registry.EVENT + key, {"id": key.split("-")[1], "ts": now, "kind": "test.prune"})
+    registry.prune_events(keep=1000)
+    left = {k.decode() for k in registry._keys(registry.EVENT)}
+    assert not {registry.EVENT + k for k in old} & left  # older than 7 days: gone
+    assert {registry.EVENT + k for k in new} <= left
+    assert registry.EVENT + "not-even-a-timestamp" in left  # not raydbg's shape: left alone
+    registry.prune_events(keep=2)
+    mine = sorted(k for k in {k.decode() for k in registry._keys(registry.EVENT)} if "-new" in k)
+    assert mine == [registry.EVENT + k for k in new[-2:]]
