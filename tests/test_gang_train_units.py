@@ -247,3 +247,16 @@ def test_held_ranks_per_paused_session() -> None:
     grouped = [{"id": f"s{i}", "group": "gabc", "train_run": "r", "train_rank": i, "train_world_size": 2,
                 "file": "/x/t.py", "line": 8, "since": 1.0} for i in range(2)]
     assert cli_train.held_lines(grouped)[0].startswith("group gabc: ranks 0-1 (2/2) of run r at t.py:8")
+
+
+def test_tui_reason_cell_names_group_and_held_ranks() -> None:
+    from raydbg.tui.format import SESSION_COLUMNS
+    from raydbg.tui.sessions import with_gang
+
+    row = tuple(str(i) for i in range(len(SESSION_COLUMNS)))
+    assert with_gang(row, {}, None) == row
+    held = [{"world_rank": 1}, {"world_rank": 2}, {"world_rank": 3}]
+    out = with_gang(row, {"group": "gabc"}, held)
+    reason = SESSION_COLUMNS.index("reason")
+    assert out[reason] == f"{row[reason]} · group gabc · holds ranks 1-3"
+    assert out[:reason] == row[:reason] and out[reason + 1:] == row[reason + 1:]
