@@ -120,3 +120,22 @@ def test_a_replaced_raylet_is_noticed(children: list) -> None:
     assert p.poll() is None
     with pytest.raises(KillRefused, match="is gone"):
         Killer.for_raylet(2**22 + 12345)
+
+
+def test_the_raylet_is_found_by_its_node_id_among_several(tmp_path: Path) -> None:
+    from raydbg.memory.killer import find_raylet, is_raylet_of
+
+    def fake(pid: int, comm: str, args: list[str]) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "comm").write_text(comm + "\n")
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(a.encode() for a in args) + b"\0")
+
+    fake(10, "raylet", ["/x/raylet", "--node_id=aaaa", "--port=1"])
+    fake(11, "raylet", ["/x/raylet", "--node_id=bbbb"])
+    fake(12, "python", ["python", "--node_id=bbbb"])  # says the words, is not a raylet
+    fake(13, "raylet", ["/x/raylet", "--node_id=bbbbcc"])  # a prefix is not the id
+    assert find_raylet("bbbb", proc=tmp_path) == 11
+    assert find_raylet("aaaa", prefer=11, proc=tmp_path) == 10  # the watched pid is another node's
+    assert find_raylet("aaaa", prefer=10, proc=tmp_path) == 10
+    assert find_raylet("cccc", proc=tmp_path) is None and find_raylet("", proc=tmp_path) is None
+    assert not is_raylet_of(12, "bbbb", tmp_path) and not is_raylet_of(99, "bbbb", tmp_path)

@@ -58,6 +58,29 @@ def identity(pid: int, proc: Path = Path("/proc")) -> ProcIdentity | None:
     return ProcIdentity(pid, ppid, ticks, uids)
 
 
+def is_raylet_of(pid: int, node_id: str, proc: Path = Path("/proc")) -> bool:
+    """Is `pid` the raylet of node `node_id` (its command line says `--node_id=<id>`)?"""
+    try:
+        if (proc / str(pid) / "comm").read_text().strip() != "raylet":
+            return False
+        args = (proc / str(pid) / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return f"--node_id={node_id}".encode() in args
+
+
+def find_raylet(node_id: str, prefer: int = 0, proc: Path = Path("/proc")) -> int | None:
+    """The pid of this machine's raylet for `node_id` (several raylets can share a machine)."""
+    if not node_id:
+        return None
+    if prefer and is_raylet_of(prefer, node_id, proc):
+        return prefer
+    for entry in proc.iterdir():
+        if entry.name.isdigit() and is_raylet_of(int(entry.name), node_id, proc):
+            return int(entry.name)
+    return None
+
+
 def _pidfd_open(pid: int) -> int | None:
     opener = getattr(os, "pidfd_open", None)
     if opener is None:  # pragma: no cover - Linux < 5.3 / non-Linux

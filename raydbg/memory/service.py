@@ -30,7 +30,7 @@ from typing import Any
 
 from raydbg import private_dir
 from raydbg.memory import local
-from raydbg.memory.killer import Killer
+from raydbg.memory.killer import Killer, find_raylet
 from raydbg.memory.measure import NodeMeasurer
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
 from raydbg.memory.policy import Candidate
@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--watch-pid", type=int, default=0, help="exit when it is gone (the raylet)")
     p.add_argument(
         "--no-raylet-check", dest="raylet_check", action="store_false",
-        help="kill processes that are not children of --watch-pid (tests, hand-run monitors)",
+        help="kill processes that are not children of the node's raylet (hand-run monitors)",
     )  # fmt: skip
     p.add_argument("--lock-dir", default=None, help="default: /tmp/raydbg-<uid>/memory")
     args = p.parse_args(argv)
@@ -241,8 +241,13 @@ def main(argv: list[str] | None = None) -> int:
         lock = take_lock(args.node_id, args.lock_dir)
         # The gate's records and flags live here: refuse an unsafe one now, not later.
         local.ensure_run_dir()
-        raylet = args.watch_pid if args.raylet_check else 0
-        if raylet:
+        raylet = 0
+        if args.raylet_check:
+            # Kills reach only this node's raylet's children: find that raylet for sure.
+            raylet = find_raylet(args.node_id, args.watch_pid) or 0
+            if not raylet:
+                raise OSError(f"no raylet of node {args.node_id or '?'} on this machine: "
+                              "the monitor kills only a raylet's workers, so it does not start")
             Killer.for_raylet(raylet)
     except (private_dir.UnsafeDirError, OSError) as e:
         from raydbg import registry
