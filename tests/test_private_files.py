@@ -210,3 +210,21 @@ def test_the_agent_never_reports_a_monitor_as_running_without_its_word() -> None
     assert MonitorWatch(off=True).state(None, None, 0.0) == {"state": "off"}
     boom = MonitorWatch(error="could not be started: no GCS")
     assert boom.state(None, None, 0.0) == {"state": "failed", "reason": "could not be started: no GCS"}
+
+
+def test_the_kill_note_goes_to_the_workers_own_log_not_a_swapped_path(tmp_path: Path, bait: Path) -> None:
+    import subprocess
+
+    log = tmp_path / "worker-1.err"
+    with open(log, "wb") as err:
+        child = subprocess.Popen(["sleep", "30"], stderr=err)
+    try:
+        moved = tmp_path / "moved.err"
+        log.rename(moved)  # someone swaps the name for a link to a file of their choice
+        log.symlink_to(bait)
+        assert service.worker_log_line(child.pid, "raydbg: killed")  # reached by its own fd
+        assert moved.read_text() == "raydbg: killed\n"
+        assert bait.read_text() == "untouched"
+    finally:
+        child.kill()
+        child.wait()

@@ -69,7 +69,10 @@ def worker_log_line(pid: int, line: str) -> bool:
         target = os.readlink(f"/proc/{pid}/fd/2")
         if not target.startswith("/") or not target.endswith((".err", ".log", ".out")):
             return False
-        with open(target, "a") as f:
+        # Through the worker's own descriptor, not the path: Ray's log dir is open to all,
+        # and a name there may have been swapped for a link to something else.
+        fd = os.open(f"/proc/{pid}/fd/2", os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        with os.fdopen(fd, "a") as f:
             f.write(line.rstrip("\n") + "\n")
         return True
     except OSError:

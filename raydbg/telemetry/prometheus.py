@@ -33,6 +33,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric as PromMetric
 
+from raydbg.private_dir import open_private
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.jsonl import SNAPSHOT_SUFFIX
 from raydbg.telemetry.provider import LABEL_RESOURCE_KEYS, SCOPE, state
@@ -175,7 +176,8 @@ def write_file_sd(
     """Write (atomically) a file_sd target file that Prometheus re-reads when it changes."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
+    fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)  # a planted link: refused
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
         json.dump(file_sd_groups(endpoints, labels), fh, indent=2)
     os.replace(tmp, path)
     return path
