@@ -152,7 +152,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 secs, out = time_cmd([str(Path(sys.executable).with_name("ray")), "stack"], env)
                 ray_stack.append(secs)
                 progress.advance(task)
-            stuck = [w for w in answer["workers"] if w.get("actor_name") == "Stuck"]
+            stuck = [w for w in answer["workers"] if str(w.get("actor_name") or "").endswith("Stuck")]
             classes = [c for c in answer["classes"] if any(
                 m["pid"] in {w["pid"] for w in stuck} for m in c["members"])]
             rows.append({
@@ -163,7 +163,10 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 "classes_of_stuck": [(c["count"], c["summary"]) for c in classes],
                 "errors": answer["errors"][:5],
                 "ray_stack_dumps": out.count("Stack dump for"),
+                "workers_seen": sorted({str(w.get("actor_name") or w.get("task_name")) for w in answer["workers"]}),
+                "sources": sorted({str(w.get("source")) for w in answer["workers"]}),
             })
+            progress.console.print(rows[-1]["workers_seen"], rows[-1]["classes_of_stuck"], rows[-1]["errors"])
             progress.console.print(f"{n} workers: gateway {statistics.median(gateway):.3f}s, "
                                    f"cli {statistics.median(cli):.3f}s, ray stack {statistics.median(ray_stack):.3f}s")
     return rows

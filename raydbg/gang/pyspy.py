@@ -66,8 +66,9 @@ async def dump(pid: int, native: bool = False, timeout: float = DEFAULT_TIMEOUT_
         await proc.wait()
         raise StackError(f"py-spy took longer than {timeout:g}s on pid {pid}") from None
     if proc.returncode != 0:
-        text = (err or out).decode(errors="replace").strip().splitlines()
-        raise StackError(f"py-spy failed on pid {pid}: {text[-1] if text else f'exit {proc.returncode}'}")
+        # The first line says what happened; py-spy may add a Rust backtrace after it.
+        text = [ln for ln in (err or out).decode(errors="replace").splitlines() if ln.strip()]
+        raise StackError(f"py-spy failed on pid {pid}: {text[0].strip() if text else f'exit {proc.returncode}'}")
     try:
         return parse_dump(json.loads(out))
     except ValueError as exc:
