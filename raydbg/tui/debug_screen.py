@@ -16,7 +16,7 @@ from textual.widgets import Footer, Static, Tree
 from raydbg import records
 from raydbg.client import GatewayError
 from raydbg.dap import DapError, DapException
-from raydbg.tui.console import ConsoleView
+from raydbg.tui.console import ConsoleView, HistoryInput
 from raydbg.tui.debugger import DebugController, is_local
 from raydbg.tui.format import last_line
 from raydbg.tui.gateway import TuiGateway
@@ -44,8 +44,11 @@ class DebugScreen(Screen[None]):
         Binding("s", "step('step_in')", "Step in"),
         Binding("u", "step('step_out')", "Step out"),
         Binding("d", "detach", "Detach"),
+        Binding("e", "focus_console", "Console"),
+        Binding("f", "toggle_frames", "All frames", show=False),
         Binding("escape", "focus_source", "Source", show=False),
-        Binding("tab", "app.focus_next", "Next pane"),
+        # Hidden from the footer to leave room for `e Console` (the help screen lists Tab).
+        Binding("tab", "app.focus_next", "Next pane", show=False),
     ]
 
     def __init__(
@@ -135,7 +138,7 @@ class DebugScreen(Screen[None]):
     async def _show_position(self) -> None:
         try:
             frames = await self.controller.load_stack()
-            self.query_one(StackView).show(frames)
+            self.query_one(StackView).show(frames, 0)
             await self._show_frame(0)
         except Exception as exc:
             self.console_error(exc)
@@ -275,6 +278,13 @@ class DebugScreen(Screen[None]):
 
     def action_focus_source(self) -> None:
         self.query_one(SourceView).focus()
+
+    def action_focus_console(self) -> None:
+        """One key to the console's input (Esc goes back to the source)."""
+        self.query_one(HistoryInput).focus()
+
+    def action_toggle_frames(self) -> None:
+        self.query_one(StackView).toggle_folding()
 
     def action_detach(self) -> None:
         self.detach_and_leave("detached; the task goes on")

@@ -18,6 +18,8 @@ KEYS = [
     ("Debug", "s", "step in"),
     ("Debug", "u", "step out (up)"),
     ("Debug", "d", "detach: the task goes on"),
+    ("Debug", "e", "console: evaluate in the selected frame"),
+    ("Debug", "f", "stack: show / fold Ray's and library frames"),
     ("Debug", "Esc", "back to the source pane"),
     ("Debug", "Up/Down", "console history"),
     ("All", "Tab / Shift+Tab", "move between panes"),
