@@ -8,7 +8,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from raydbg.agent.dap_rewrite import MAX_BODY, MAX_HEADER, DapReframer, DapStreamError, encode, rewrite
+from raydbg.agent.dap_rewrite import (
+    MAX_BODY,
+    MAX_HEADER,
+    DapReframer,
+    DapStreamError,
+    encode,
+    rewrite,
+)
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
