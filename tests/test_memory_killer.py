@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -139,3 +140,28 @@ def test_the_raylet_is_found_by_its_node_id_among_several(tmp_path: Path) -> Non
     assert find_raylet("aaaa", prefer=10, proc=tmp_path) == 10
     assert find_raylet("cccc", proc=tmp_path) is None and find_raylet("", proc=tmp_path) is None
     assert not is_raylet_of(12, "bbbb", tmp_path) and not is_raylet_of(99, "bbbb", tmp_path)
+
+
+def test_the_monitor_is_offered_only_processes_its_killer_would_kill(children: list) -> None:
+    from raydbg.memory.killer import Killable
+    from raydbg.memory.policy import Candidate
+
+    mine, other = start(children), start(children)
+    snap = {p.pid: read_proc(p.pid) for p in (mine, other)}
+    assert all(snap.values())
+    # `other` stands for a process of another parent: the snapshot says who its parent is.
+    procs = {mine.pid: snap[mine.pid], other.pid: replace(snap[other.pid], ppid=1)}  # type: ignore[type-var]
+
+    class Who:
+        def candidates(self, procs: dict, growth: dict) -> list[Candidate]:
+            return [Candidate(pid, 1 << 30) for pid in procs]
+
+    killer = Killer(me())
+    who = Killable(Who(), killer)
+    assert [c.pid for c in who.candidates(procs, {})] == [mine.pid]
+    # The snapshot was of an earlier process with this pid (it shows another start time).
+    stale = {mine.pid: replace(procs[mine.pid], start_ticks=procs[mine.pid].start_ticks - 1)}  # type: ignore[type-var, union-attr]
+    with pytest.raises(KillRefused):
+        killer.kill(mine.pid, stale[mine.pid].start_ticks)
+    assert who.candidates(stale, {}) == []  # refused once: not chosen again every round
+    assert mine.poll() is None and other.poll() is None

@@ -16,10 +16,11 @@ from __future__ import annotations
 import os
 import signal
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from raydbg.memory.procs import parse_stat
+from raydbg.memory.procs import ProcMem, parse_stat
 
 
 class KillRefused(OSError):
@@ -104,6 +105,13 @@ class Killer:
     uid: int = -1  # -1: os.getuid()
     proc: Path = Path("/proc")
     sig: int = signal.SIGKILL
+    refused: set[tuple[int, int]] = field(default_factory=set)  # (pid, start ticks) refused once
+
+    def may_choose(self, pm: ProcMem) -> bool:
+        """From the snapshot alone: worth choosing (a refused pick would cost a round)?"""
+        if (pm.pid, pm.start_ticks) in self.refused:
+            return False
+        return self.raylet is None or pm.ppid == self.raylet.pid
 
     @classmethod
     def for_raylet(cls, raylet_pid: int, proc: Path = Path("/proc")) -> Killer:
@@ -148,7 +156,11 @@ class Killer:
         try:
             # Checked after the pidfd is open: if /proc still shows the snapshot's process
             # now, the pidfd names it (a pid is not reused while its process lives).
-            self.check(pid, expected_ticks)
+            try:
+                self.check(pid, expected_ticks)
+            except KillRefused:
+                self.refused.add((pid, -1 if expected_ticks is None else expected_ticks))
+                raise
             if before is not None:
                 before()
             if fd is not None:
@@ -158,3 +170,20 @@ class Killer:
         finally:
             if fd is not None:
                 os.close(fd)
+
+
+class Killable:
+    """A monitor's `Who` (whois.Resolver) without the processes its Killer would refuse:
+    not a child of the raylet, or refused before. Otherwise a refused top pick would be
+    chosen again every round while the node fills up."""
+
+    def __init__(self, who: Any, killer: Killer) -> None:
+        self.who = who
+        self.killer = killer
+
+    def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Any]:
+        return [
+            c
+            for c in self.who.candidates(procs, growth)
+            if c.pid in procs and self.killer.may_choose(procs[c.pid])
+        ]

@@ -30,7 +30,7 @@ from typing import Any
 
 from raydbg import private_dir
 from raydbg.memory import local
-from raydbg.memory.killer import Killer, find_raylet
+from raydbg.memory.killer import Killable, Killer, find_raylet
 from raydbg.memory.measure import NodeMeasurer
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
 from raydbg.memory.policy import Candidate
@@ -148,7 +148,7 @@ def build(
 
     measurer = NodeMeasurer(cgroup_dir=Path(cgroup_dir) if cgroup_dir else None)
     mon = MemoryMonitor(
-        who,
+        Killable(who, killer),
         kill=kill,
         record_event=rec.record_event,
         measurer=measurer,
