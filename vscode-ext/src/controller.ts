@@ -7,6 +7,8 @@
 import { GatewayClient, GatewayError } from "./gatewayClient";
 import { SessionRecord } from "./records";
 import { addressKey, ClusterConfig, PathMapping, Settings } from "./settings";
+import { RunStacksCache } from "./runStacks";
+import { RunStacks } from "./stacks";
 import { TokenResult } from "./token";
 import { buildTree, ClusterState, pausedCount, ViewItem } from "./treeModel";
 import { SessionWatcher } from "./watcher";
@@ -26,6 +28,7 @@ interface Entry {
   state: ClusterState;
   client?: GatewayClient;
   watcher?: SessionWatcher;
+  stacks?: RunStacksCache;
   seen?: Set<string>;
   generation: number;
 }
@@ -91,9 +94,16 @@ export class ClusterController {
   refresh(name?: string): void {
     for (const e of this.entries.values()) {
       if (name !== undefined && e.cluster.name !== name) continue;
-      if (e.watcher) e.watcher.refresh();
-      else if (e.state.kind === "error") this.restart(e.cluster.name);
+      if (e.watcher) {
+        e.watcher.refresh();
+        e.stacks?.refresh();
+      } else if (e.state.kind === "error") this.restart(e.cluster.name);
     }
+  }
+
+  /** A Train run's node was expanded: ask the gateway which ranks it holds. */
+  expandRun(cluster: string, key: string): void {
+    this.entries.get(cluster)?.stacks?.expand(key);
   }
 
   setVisible(visible: boolean): void {
@@ -104,7 +114,9 @@ export class ClusterController {
   tree(now?: number): ViewItem[] {
     const clusters = [...this.entries.values()].map((e) => e.cluster);
     const states = new Map([...this.entries.values()].map((e) => [e.cluster.name, e.state] as const));
-    return buildTree(clusters, states, this.errors, now);
+    const held = new Map<string, Map<string, RunStacks>>();
+    for (const e of this.entries.values()) if (e.stacks) held.set(e.cluster.name, e.stacks.snapshot());
+    return buildTree(clusters, states, this.errors, now, held);
   }
 
   pausedCount(): number {
@@ -144,6 +156,8 @@ export class ClusterController {
   private stopEntry(e: Entry): void {
     e.watcher?.stop();
     e.watcher = undefined;
+    e.stacks?.dispose();
+    e.stacks = undefined;
     e.generation = -1; // late token lookups for a stopped entry are dropped
   }
 
@@ -156,6 +170,7 @@ export class ClusterController {
       e.seen = new Set(state.sessions.map((s) => s.id));
     }
     e.state = state;
+    if (state.kind === "ok") e.stacks?.sync(state.sessions);
     this.deps.onChange();
   }
 
@@ -174,6 +189,13 @@ export class ClusterController {
       this.setState(e, { kind: "error", message: msg, reason: "protocol" });
       return;
     }
+    const client = e.client;
+    e.stacks = new RunStacksCache({
+      fetch: (ref) => client.stacks({ job: ref.job === "unknown" ? undefined : ref.job, run: ref.run }),
+      onChange: () => {
+        if (e.generation === gen) this.deps.onChange();
+      },
+    });
     e.watcher = new SessionWatcher({
       client: e.client,
       intervalMs: this.settings.refreshIntervalMs,

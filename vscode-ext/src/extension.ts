@@ -8,6 +8,7 @@ import { CommandServices, notifyPaused, registerCommands } from "./commands";
 import { ClusterController } from "./controller";
 import { readLocalGateway } from "./localGateway";
 import { addressKey, userClusters, validateSettings } from "./settings";
+import { runKey } from "./runStacks";
 import { resolveToken } from "./token";
 import { addressOfSecret, migrateLegacySecrets, secretKey } from "./tokenStore";
 import { RayTreeProvider } from "./view";
@@ -74,6 +75,10 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     status,
     provider,
     view.onDidChangeVisibility((e) => controller.setVisible(e.visible)),
+    view.onDidExpandElement((e) => {
+      const { run, cluster } = e.element;
+      if (run && cluster) controller.expandRun(cluster, runKey(run.job, run.run));
+    }),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (!e.affectsConfiguration("raydbg")) return;
       const next = readSettings();

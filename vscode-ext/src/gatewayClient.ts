@@ -140,6 +140,15 @@ export class GatewayClient {
     return this.getJson("/api/v1/status");
   }
 
+  /** `GET /api/v1/stacks` for a job and/or Train run (the body as sent; stacks.ts parses it). */
+  stacks(query: { job?: string; run?: string }): Promise<unknown> {
+    const q = new URLSearchParams();
+    if (query.job) q.set("job", query.job);
+    if (query.run) q.set("run", query.run);
+    const qs = q.toString();
+    return this.getJson(`/api/v1/stacks${qs ? `?${qs}` : ""}`);
+  }
+
   /** Paused sessions; a body that is not a list becomes a GatewayError, bad records are returned in `bad`. */
   async sessions(): Promise<ParsedSessions> {
     const parsed = parseSessionList(await this.getJson("/api/v1/sessions"));

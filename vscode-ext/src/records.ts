@@ -19,7 +19,14 @@ export interface SessionRecord {
   task_name: string | null;
   actor_id: string | null;
   actor_name: string | null;
+  /** Ray Train run name, when the worker belongs to one. */
+  train_run: string | null;
+  /** World rank. */
   train_rank: number | null;
+  train_local_rank: number | null;
+  train_world_size: number | null;
+  /** Pause-all group id: ranks paused together at one line. */
+  group: string | null;
   node_id: string;
   node_ip: string;
   pid: number | null;
@@ -86,7 +93,11 @@ export function parseSessionRecord(raw: unknown): SessionRecord | string {
     task_name: str(raw, "task_name"),
     actor_id: str(raw, "actor_id"),
     actor_name: str(raw, "actor_name"),
+    train_run: str(raw, "train_run") || null,
     train_rank: num(raw, "train_rank"),
+    train_local_rank: num(raw, "train_local_rank"),
+    train_world_size: num(raw, "train_world_size"),
+    group: str(raw, "group") || null,
     node_id: str(raw, "node_id") ?? "",
     node_ip: str(raw, "node_ip") ?? "",
     pid: num(raw, "pid"),

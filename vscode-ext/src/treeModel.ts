@@ -1,11 +1,14 @@
 /**
- * The Ray view's content as plain data: clusters -> jobs -> paused sessions.
+ * The Ray view's content as plain data: clusters -> Train runs -> ranks, and
+ * clusters -> jobs -> paused sessions for everything else.
  *
  * view.ts only turns these items into vscode.TreeItems, so everything a user reads
  * (labels, descriptions, tooltips, error items) is decided and tested here.
  */
 import { BadRecord, SessionRecord, sessionName } from "./records";
+import { RunRef, runKey } from "./runStacks";
 import { ClusterConfig } from "./settings";
+import { RankStacks, RunStacks } from "./stacks";
 
 export type ClusterState =
   | { kind: "loading" }
@@ -26,12 +29,17 @@ export interface ViewItem {
   children?: ViewItem[];
   session?: SessionRecord;
   cluster?: string;
+  /** Set on a Train run's node (expanding it asks for its held ranks). */
+  run?: RunRef;
 }
 
 export const CTX = {
   cluster: "raydbg.cluster",
   clusterError: "raydbg.cluster.error",
   job: "raydbg.job",
+  run: "raydbg.run",
+  rank: "raydbg.rank",
+  held: "raydbg.rank.held",
   attachable: "raydbg.session.attachable",
   starting: "raydbg.session.starting",
   error: "raydbg.error",
@@ -61,7 +69,12 @@ export function sessionTooltip(s: SessionRecord, now: number = Date.now()): stri
   lines.push(`session ${s.id} · job ${s.job_id} · state ${s.state}`);
   if (s.task_id) lines.push(`task ${s.task_id}`);
   if (s.actor_id) lines.push(`actor ${s.actor_name ?? "?"} (${s.actor_id})`);
-  if (s.train_rank !== null) lines.push(`Ray Train rank ${s.train_rank}`);
+  if (s.train_run !== null || s.train_rank !== null) {
+    const rank = s.train_rank !== null ? `rank ${s.train_rank}${s.train_world_size !== null ? ` of ${s.train_world_size}` : ""}` : "rank ?";
+    const local = s.train_local_rank !== null ? ` (local rank ${s.train_local_rank})` : "";
+    lines.push(`Ray Train ${s.train_run !== null ? `run ${s.train_run}, ` : ""}${rank}${local}`);
+  }
+  if (s.group !== null) lines.push(`paused together with its run's other ranks (group ${s.group})`);
   lines.push(`node ${s.node_ip || "?"} (${s.node_id ? s.node_id.slice(0, 12) : "?"}) · pid ${s.pid ?? "?"} · thread ${s.thread_name ?? s.thread_id ?? "?"}`);
   if (s.cwd) lines.push(`cwd ${s.cwd}`);
   if (s.since !== null) lines.push(`paused ${ago(now / 1000 - s.since)} ago`);
@@ -75,12 +88,12 @@ function ago(seconds: number): string {
   return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-function sessionItem(cluster: string, s: SessionRecord, now: number): ViewItem {
+function sessionItem(cluster: string, s: SessionRecord, now: number, label: string = sessionName(s)): ViewItem {
   let icon = s.reason === "exception" ? "error" : "debug-pause";
   if (!s.attachable) icon = "loading~spin";
   return {
     id: `${cluster}/session/${s.id}`,
-    label: sessionName(s),
+    label,
     description: sessionDescription(s),
     tooltip: sessionTooltip(s, now),
     contextValue: s.attachable ? CTX.attachable : CTX.starting,
@@ -107,11 +120,100 @@ export function groupByJob(sessions: readonly SessionRecord[]): Map<string, Sess
   return groups;
 }
 
+interface RunGroup {
+  ref: RunRef;
+  sessions: SessionRecord[];
+}
+
+/** Sessions of Train runs by (job, run), in run-name order; the rest as they came. */
+export function groupByRun(sessions: readonly SessionRecord[]): { runs: RunGroup[]; rest: SessionRecord[] } {
+  const runs = new Map<string, RunGroup>();
+  const rest: SessionRecord[] = [];
+  for (const s of sessions) {
+    if (s.train_run === null) {
+      rest.push(s);
+      continue;
+    }
+    const key = runKey(s.job_id, s.train_run);
+    const g = runs.get(key) ?? { ref: { job: s.job_id, run: s.train_run }, sessions: [] };
+    g.sessions.push(s);
+    runs.set(key, g);
+  }
+  const sorted = [...runs.values()].sort((a, b) => a.ref.run.localeCompare(b.ref.run) || a.ref.job.localeCompare(b.ref.job));
+  return { runs: sorted, rest };
+}
+
+function ranksText(ranks: readonly number[]): string {
+  return ranks.length === 1 ? `rank ${ranks[0]}` : `ranks ${ranks.join(",")}`;
+}
+
+function heldItem(runId: string, r: RankStacks, by: readonly number[], cluster: string): ViewItem {
+  const label = `rank ${r.world_rank} — held by ${ranksText(by)}${r.summary ? `: ${r.summary}` : ""}`;
+  const lines = [`rank ${r.world_rank}${r.local_rank !== null ? ` (local rank ${r.local_rank})` : ""} waits for ${ranksText(by)}, paused by raydbg`];
+  if (r.summary) lines.push(`stack: ${r.summary}`);
+  lines.push(`node ${r.node_id ? r.node_id.slice(0, 12) : "?"} · pid ${r.pid ?? "?"}`);
+  if (r.last_progress_s !== null) lines.push(`last step ${ago(r.last_progress_s)} ago`);
+  return { id: `${runId}/held/${r.world_rank}`, label, tooltip: lines.join("\n"), contextValue: CTX.held, icon: "watch", cluster };
+}
+
+/** A run node: its paused ranks (one item per rank) and, from stacks, the ranks they hold. */
+function runItem(cluster: string, g: RunGroup, stacks: RunStacks | undefined, now: number): ViewItem {
+  const runId = `${cluster}/run/${g.ref.job}/${g.ref.run}`;
+  const byRank = new Map<number, SessionRecord[]>();
+  const unranked: SessionRecord[] = [];
+  for (const s of g.sessions) {
+    if (s.train_rank === null) unranked.push(s);
+    else byRank.set(s.train_rank, [...(byRank.get(s.train_rank) ?? []), s]);
+  }
+  const ranked: [number, ViewItem][] = [];
+  for (const [rank, ss] of byRank) {
+    if (ss.length === 1) {
+      ranked.push([rank, sessionItem(cluster, ss[0], now, `rank ${rank}`)]);
+      continue;
+    }
+    ss.sort(bySessionOrder);
+    ranked.push([rank, {
+      id: `${runId}/rank/${rank}`,
+      label: `rank ${rank}`,
+      description: `${ss.length} paused threads`,
+      tooltip: `Ray Train run ${g.ref.run}, rank ${rank}: ${ss.length} threads paused`,
+      contextValue: CTX.rank,
+      icon: "debug-pause",
+      children: ss.map((s) => sessionItem(cluster, s, now)),
+      cluster,
+    }]);
+  }
+  const paused = [...byRank.keys()].sort((a, b) => a - b);
+  if (stacks) {
+    const by = stacks.held_by.length > 0 ? [...stacks.held_by].sort((a, b) => a - b) : paused;
+    for (const r of stacks.ranks) {
+      if (r.state === "held" && !byRank.has(r.world_rank) && by.length > 0) ranked.push([r.world_rank, heldItem(runId, r, by, cluster)]);
+    }
+  }
+  ranked.sort((a, b) => a[0] - b[0]);
+  const sizes = g.sessions.map((s) => s.train_world_size).filter((n): n is number => n !== null);
+  const world = sizes.length > 0 ? Math.max(...sizes) : (stacks?.world_size ?? null);
+  const k = paused.length;
+  const counted = world !== null ? `${k}/${world} ranks paused` : `${k} rank${k === 1 ? "" : "s"} paused`;
+  const together = g.sessions.some((s) => s.group !== null) ? " · paused together" : "";
+  return {
+    id: runId,
+    label: `run ${g.ref.run} (${counted})`,
+    description: `job ${g.ref.job}${together}`,
+    tooltip: `Ray Train run ${g.ref.run} of job ${g.ref.job}: ${ranksText(paused)} paused${world !== null ? ` of ${world}` : ""}`,
+    contextValue: CTX.run,
+    icon: "organization",
+    children: [...ranked.map(([, item]) => item), ...unranked.map((s) => sessionItem(cluster, s, now))],
+    cluster,
+    run: g.ref,
+  };
+}
+
 function messageItem(id: string, label: string, tooltip: string, error: boolean, cluster?: string): ViewItem {
   return { id, label, tooltip, contextValue: error ? CTX.error : CTX.info, icon: error ? "warning" : "info", cluster };
 }
 
-function clusterChildren(c: ClusterConfig, state: ClusterState, now: number): ViewItem[] {
+function clusterChildren(c: ClusterConfig, state: ClusterState, now: number, held: ReadonlyMap<string, RunStacks>): ViewItem[] {
   const base = c.name;
   switch (state.kind) {
     case "loading":
@@ -120,7 +222,9 @@ function clusterChildren(c: ClusterConfig, state: ClusterState, now: number): Vi
       return [messageItem(`${base}/error`, state.message, state.message, true, base)];
     case "ok": {
       const items: ViewItem[] = [];
-      for (const [job, sessions] of groupByJob(state.sessions)) {
+      const { runs, rest } = groupByRun(state.sessions);
+      for (const g of runs) items.push(runItem(base, g, held.get(runKey(g.ref.job, g.ref.run)), now));
+      for (const [job, sessions] of groupByJob(rest)) {
         items.push({
           id: `${base}/job/${job}`,
           label: `Job ${job}`,
@@ -152,7 +256,7 @@ function clusterDescription(c: ClusterConfig, state: ClusterState): string {
   }
 }
 
-export function clusterItem(c: ClusterConfig, state: ClusterState, now: number = Date.now()): ViewItem {
+export function clusterItem(c: ClusterConfig, state: ClusterState, now: number = Date.now(), held: ReadonlyMap<string, RunStacks> = new Map()): ViewItem {
   return {
     id: `${c.name}`,
     label: c.name,
@@ -160,7 +264,7 @@ export function clusterItem(c: ClusterConfig, state: ClusterState, now: number =
     tooltip: `raydbg gateway ${c.address}`,
     contextValue: state.kind === "error" ? CTX.clusterError : CTX.cluster,
     icon: state.kind === "error" ? "debug-disconnect" : "server",
-    children: clusterChildren(c, state, now),
+    children: clusterChildren(c, state, now, held),
     cluster: c.name,
   };
 }
@@ -171,9 +275,11 @@ export function buildTree(
   states: ReadonlyMap<string, ClusterState>,
   settingsErrors: readonly string[] = [],
   now: number = Date.now(),
+  /** Per cluster name: held-rank information by runKey. */
+  held: ReadonlyMap<string, ReadonlyMap<string, RunStacks>> = new Map(),
 ): ViewItem[] {
   const items = settingsErrors.map((e, i) => messageItem(`settings/${i}`, `Settings: ${e}`, e, true));
-  for (const c of clusters) items.push(clusterItem(c, states.get(c.name) ?? { kind: "loading" }, now));
+  for (const c of clusters) items.push(clusterItem(c, states.get(c.name) ?? { kind: "loading" }, now, held.get(c.name)));
   return items;
 }
 

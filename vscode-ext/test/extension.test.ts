@@ -180,3 +180,24 @@ test("Rename keeps the address's token; Remove deletes it", async () => {
   assert.equal(stub.secrets.get(`raydbg.token@${gw.address}`), "s3cret");
   assert.deepEqual(api.provider.items.map((i) => i.label), ["local"]);
 });
+
+test("a Train run is one node with its ranks; expanding it asks the gateway again for held ranks", async () => {
+  gw.stacks = {
+    classes: [{ id: "c1", summary: "all_reduce <- train_step train_loop.py:104" }],
+    runs: [{ run: "r", job_id: "03000000", world_size: 2, held_by: [0], ranks: [{ world_rank: 0, state: "paused" }, { world_rank: 1, state: "held", class_id: "c1" }] }],
+  };
+  gw.setSessions([record({ id: "t0", job_id: "03000000", train_run: "r", train_rank: 0, train_world_size: 2 })]);
+  const runNode = () => api.provider.items.find((i) => i.label === "local")?.children?.find((i) => i.run);
+  await waitFor(() => runNode()?.children?.length === 2, 5000, "run node with the held rank");
+  const run = runNode();
+  assert.ok(run?.children);
+  assert.deepEqual(run.children.map((i) => i.label), ["rank 0", "rank 1 — held by rank 0: all_reduce <- train_step train_loop.py:104"]);
+  const tree = api.provider.getTreeItem(run) as unknown as { label: string; collapsibleState: number; contextValue: string };
+  assert.deepEqual([tree.label, tree.collapsibleState, tree.contextValue], ["run r (1/2 ranks paused)", 2, "raydbg.run"]);
+  // The rank's item is the paused session: the Attach menu applies to it.
+  assert.equal((api.provider.getTreeItem(run.children[0]) as unknown as { contextValue: string }).contextValue, "raydbg.session.attachable");
+  const asked = () => gw.requests.filter((r) => r.url.startsWith("/api/v1/stacks")).length;
+  const before = asked();
+  stub.expanded.fire({ element: run });
+  await waitFor(() => asked() === before + 1, 3000, "stacks asked on expand");
+});

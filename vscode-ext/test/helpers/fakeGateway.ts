@@ -19,6 +19,11 @@ export interface FakeGatewayOptions {
   sessions?: unknown;
   /** false: /api/v1/stream answers 404 (an older gateway). */
   stream?: boolean;
+  /**
+   * Answer for GET /api/v1/stacks: a body (JSON-encoded), or a function of the query
+   * returning [status, body]. Undefined: 404, as a gateway without stacks.
+   */
+  stacks?: unknown;
   /** Called for each relayed WebSocket once the upgrade is accepted. */
   onRelay?: (ws: WebSocket, seen: UpgradeSeen) => void;
 }
@@ -32,12 +37,14 @@ export class FakeGateway {
   token: string;
   sessions: unknown;
   stream: boolean;
+  stacks: unknown;
   onRelay: (ws: WebSocket, seen: UpgradeSeen) => void;
 
   constructor(opts: FakeGatewayOptions = {}) {
     this.token = opts.token ?? "s3cret";
     this.sessions = opts.sessions ?? [];
     this.stream = opts.stream ?? true;
+    this.stacks = opts.stacks;
     this.onRelay = opts.onRelay ?? ((ws) => ws.on("message", (d: Buffer) => ws.send(d, { binary: true })));
     this.server = http.createServer((req, res) => this.handle(req, res));
     this.server.on("upgrade", (req: http.IncomingMessage, sock: import("node:stream").Duplex, head: Buffer) => this.upgrade(req, sock, head));
@@ -65,6 +72,10 @@ export class FakeGateway {
     if (req.url === "/api/v1/sessions") {
       const body = typeof this.sessions === "string" ? this.sessions : JSON.stringify(this.sessions);
       res.writeHead(200, { "Content-Type": "application/json" }).end(body);
+    } else if ((req.url ?? "").startsWith("/api/v1/stacks") && this.stacks !== undefined) {
+      const query = new URL(req.url ?? "", "http://x").searchParams;
+      const [status, body] = typeof this.stacks === "function" ? (this.stacks as (q: URLSearchParams) => [number, unknown])(query) : [200, this.stacks];
+      res.writeHead(status, { "Content-Type": "application/json" }).end(typeof body === "string" ? body : JSON.stringify(body));
     } else if (req.url === "/api/v1/stream" && this.stream) {
       res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
       this.streams.add(res);
@@ -125,7 +136,11 @@ export function record(over: Record<string, unknown> = {}): Record<string, unkno
     task_name: "train_step",
     actor_id: null,
     actor_name: null,
+    train_run: null,
     train_rank: null,
+    train_local_rank: null,
+    train_world_size: null,
+    group: null,
     node_id: "f".repeat(56),
     node_ip: "10.0.0.5",
     pid: 4242,

@@ -78,6 +78,7 @@ export function makeVscodeStub(opts: {
   const configChanged = new EventEmitter<{ affectsConfiguration(s: string): boolean }>();
   const debugTerminated = new EventEmitter<{ configuration: Record<string, unknown> }>();
   const visibility = new EventEmitter<{ visible: boolean }>();
+  const expanded = new EventEmitter<{ element: unknown }>();
   const secretChanged = new EventEmitter<{ key: string }>();
   const secrets = new Map(Object.entries(opts.secrets ?? {}));
   const message = (level: string) => (text: string, ...items: unknown[]) => {
@@ -110,7 +111,7 @@ export function makeVscodeStub(opts: {
       }),
       createTreeView: (id: string, options: { treeDataProvider: unknown }) => {
         rec.views.push({ id, options });
-        return { visible: true, onDidChangeVisibility: visibility.event, dispose: () => {} };
+        return { visible: true, onDidChangeVisibility: visibility.event, onDidExpandElement: expanded.event, dispose: () => {} };
       },
       showInformationMessage: message("info"),
       showWarningMessage: message("warning"),
@@ -186,7 +187,7 @@ export function makeVscodeStub(opts: {
     configChanged.fire({ affectsConfiguration: (s: string) => key.startsWith(s) });
   };
 
-  return { vscode, context, rec, secrets, debugTerminated, visibility, config, workspaceConfig, editSettings };
+  return { vscode, context, rec, secrets, debugTerminated, visibility, expanded, config, workspaceConfig, editSettings };
 }
 
 /** Make `require("vscode")` return `stub` for modules loaded after this call. */

@@ -1,0 +1,82 @@
+/**
+ * One Train run's ranks from the gateway's `GET /api/v1/stacks?run=NAME`, parsed defensively.
+ *
+ * The body is `{"runs": [RunSummary], "classes": [StackClass], ...}` (raydbg/gang):
+ * a RunSummary lists each rank's state (paused | held | running) and stack class id,
+ * `held_by` the paused ranks; a StackClass has the one-line `summary` shown in the tree.
+ */
+
+export interface RankStacks {
+  world_rank: number;
+  local_rank: number | null;
+  node_id: string | null;
+  pid: number | null;
+  state: string;
+  /** The rank's stack class, one line (e.g. `all_reduce <- train_step train.py:104`). */
+  summary: string | null;
+  last_progress_s: number | null;
+}
+
+export interface RunStacks {
+  run: string;
+  job_id: string | null;
+  world_size: number | null;
+  held_by: number[];
+  ranks: RankStacks[];
+}
+
+type Obj = Record<string, unknown>;
+
+const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
+function str(o: Obj, k: string): string | null {
+  const v = o[k];
+  return typeof v === "string" ? v : null;
+}
+
+function int(o: Obj, k: string): number | null {
+  const v = o[k];
+  return typeof v === "number" && Number.isInteger(v) ? v : null;
+}
+
+function num(o: Obj, k: string): number | null {
+  const v = o[k];
+  return typeof v === "number" && Number.isFinite(v) ? v : null;
+}
+
+/**
+ * The run named `run` (of job `job` when the gateway says which job) from a stacks body;
+ * null when the body does not have it, a message when the body is not a stacks answer.
+ */
+export function parseRunStacks(payload: unknown, run: string, job: string | null): RunStacks | null | string {
+  if (!isObj(payload) || !Array.isArray(payload.runs)) return "gateway sent no list of runs for stacks";
+  const summaries = new Map<string, string>();
+  if (Array.isArray(payload.classes)) {
+    for (const c of payload.classes) {
+      if (isObj(c) && typeof c.id === "string" && typeof c.summary === "string") summaries.set(c.id, c.summary);
+    }
+  }
+  for (const r of payload.runs) {
+    if (!isObj(r) || str(r, "run") !== run) continue;
+    const jobId = str(r, "job_id") || null;
+    if (job !== null && jobId !== null && jobId !== job) continue;
+    const ranks: RankStacks[] = [];
+    for (const k of Array.isArray(r.ranks) ? r.ranks : []) {
+      if (!isObj(k)) continue;
+      const rank = int(k, "world_rank");
+      if (rank === null) continue;
+      const cls = str(k, "class_id");
+      ranks.push({
+        world_rank: rank,
+        local_rank: int(k, "local_rank"),
+        node_id: str(k, "node_id"),
+        pid: int(k, "pid"),
+        state: str(k, "state") ?? "running",
+        summary: cls !== null ? (summaries.get(cls) ?? null) : null,
+        last_progress_s: num(k, "last_progress_s"),
+      });
+    }
+    const heldBy = Array.isArray(r.held_by) ? r.held_by.filter((x): x is number => Number.isInteger(x)) : [];
+    return { run, job_id: jobId, world_size: int(r, "world_size"), held_by: heldBy, ranks };
+  }
+  return null;
+}
