@@ -138,9 +138,10 @@ class AgentServer:
         return web.json_response([public(r) for r in recs])
 
     async def session(self, request: web.Request) -> web.Response:
-        rec = await self._blocking(registry.get, registry.SESSION + request.match_info["id"])
+        sid = request.match_info["id"]
+        rec = await self._blocking(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
         if rec is None:
-            return web.json_response({"error": f"no paused session {request.match_info['id']}"}, status=404)
+            return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
         return web.json_response(public(rec))
 
     async def nodes(self, request: web.Request) -> web.Response:
