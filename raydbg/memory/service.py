@@ -16,6 +16,7 @@ often the agent restarts), and exits when the watched process (the raylet) is go
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import json
 import logging
@@ -270,9 +271,18 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("telemetry off: %s", e)
     score = lower_oom_score()
     locked = lock_memory() if os.geteuid() == 0 else False
-    mon = build(
-        args.gcs_address, args.node_id, args.cgroup_dir, tuple(args.protect), raylet_pid=raylet
-    )
+    try:
+        mon = build(
+            args.gcs_address, args.node_id, args.cgroup_dir, tuple(args.protect), raylet_pid=raylet
+        )
+    except Exception as e:  # e.g. the raylet went between the check and now
+        from raydbg import registry
+
+        with contextlib.suppress(Exception):
+            registry.use_client(registry.client_for(args.gcs_address))
+        report_failure(args.node_id, f"raydbg memory monitor: {type(e).__name__}: {e}")
+        print(f"raydbg memory monitor: {e}", file=sys.stderr, flush=True)
+        return 2
     log.info(
         "memory monitor pid %d: mode %s, threshold %.2f, oom_score_adj %d, mlock %s, cgroup %s",
         os.getpid(), mon.config.mode, mon.config.policy.threshold, score, locked,
