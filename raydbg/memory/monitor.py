@@ -317,8 +317,9 @@ class MemoryMonitor:
                     self.kill(c.pid)
                 except ProcessLookupError:
                     continue
-                except OSError as e:
+                except OSError as e:  # killer.KillRefused among them: not the chosen process
                     log.warning("raydbg memory monitor: cannot kill %d: %s", c.pid, e)
+                    self.stats["refused"] = self.stats.get("refused", 0) + 1
                     continue
             if dry:
                 self._dry_until = now + cfg.dry_run_cooldown_s
