@@ -260,3 +260,22 @@ def test_tui_reason_cell_names_group_and_held_ranks() -> None:
     reason = SESSION_COLUMNS.index("reason")
     assert out[reason] == f"{row[reason]} · group gabc · holds ranks 1-3"
     assert out[:reason] == row[:reason] and out[reason + 1:] == row[reason + 1:]
+
+
+def test_a_train_step_span_is_progress(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg import telemetry
+
+    monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
+    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r", "world_rank": 0})
+    monkeypatch.setattr(progress, "_beat", progress.Beat())
+    with telemetry.span("sd.train.data_wait"):
+        pass
+    assert progress.read_all() == []  # only step spans count
+    with telemetry.span("sd.train.step", {"train.step": 5}):
+        pass
+    [rec] = progress.read_all()
+    assert (rec["step"], rec["source"]) == (5, "span")
+    with pytest.raises(RuntimeError), telemetry.span("sd.train.step", {"train.step": 6}):
+        raise RuntimeError("a failed step is not progress")
+    assert progress.read_all()[0]["step"] == 5
+    progress._beat.done()

@@ -70,6 +70,16 @@ def _clean(attributes: Mapping[str, Any] | None, attrs: Mapping[str, Any]) -> di
     return out
 
 
+STEP_SPAN_SUFFIX = ".train.step"  # a finished training step is progress for hang detection
+
+
+def _step_progress(attributes: Mapping[str, Any] | None) -> None:
+    from raydbg.gang.progress import beat  # one pwrite (docs/hangs.md)
+
+    step = (attributes or {}).get("train.step")
+    beat(step if isinstance(step, int) else None, "span")
+
+
 class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
     """A span as a context manager (`with span("x", k=v) as s:`) or a decorator (`@span("x")`).
 
@@ -103,6 +113,8 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
         return sp
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None and self.name.endswith(STEP_SPAN_SUFFIX):
+            _step_progress(self._attributes)
         sp, self._span = self._span, None
         if sp is None:
             return
