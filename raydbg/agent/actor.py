@@ -115,10 +115,13 @@ class NodeAgent:
                 self.record["memory_monitor"] = self._monitor_state()
                 self.record["heartbeat"] = time.time()
                 registry.put(registry.AGENT + self.node_id, self.record)
+            except Exception:
+                log.exception("raydbg agent heartbeat failed")
+            try:  # on its own: a bad record read above must not stop the collector
                 alive = nodes.alive_node_ids() if self.is_head else None
                 collector.collect(self.node_id, alive)
             except Exception:
-                log.exception("raydbg agent heartbeat failed")
+                log.exception("raydbg agent: collecting dead sessions failed")
 
     def _monitor_state(self) -> dict[str, Any]:
         from raydbg.memory.service import STATUS_KEY
