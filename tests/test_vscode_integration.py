@@ -14,7 +14,6 @@ import os
 import queue
 import socket
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,18 +22,15 @@ from typing import Any
 import pytest
 import ray
 import vscode_targets
-from ray import cloudpickle
+from raydbg_cluster import raydbg_cluster
 from vscode_support import EXT, npm
 
-import raydbg
 from raydbg.client import Gateway
 from raydbg.dap.session import attach_session
 from raydbg.dap.transport import open_tcp
 
 pytestmark = pytest.mark.e2e
-REPO = Path(__file__).resolve().parents[1]
 DRIVER = EXT / "out" / "test" / "integration" / "attachDriver.js"
-ENV = {"RAY_DEBUG": "1", "RAYDBG_WAIT_TIMEOUT": "120"}
 
 
 @pytest.fixture(scope="module")
@@ -47,28 +43,9 @@ def driver() -> Path:
 
 @pytest.fixture(scope="module")
 def gateway() -> Iterator[Gateway]:
-    saved = {k: os.environ.get(k) for k in (*ENV, "RAY_ADDRESS", "RAYDBG_GATEWAY")}
-    os.environ.update(ENV)
-    os.environ.pop("RAYDBG_GATEWAY", None)
-    # Workers cannot import tests/ modules; ship the target by value (file and lines stay).
-    cloudpickle.register_pickle_by_value(vscode_targets)
-    ray.init(address="local", num_cpus=2, include_dashboard=False, runtime_env=raydbg.runtime_env(),
-             logging_level="WARNING")
-    try:
-        address = str(ray.get_runtime_context().gcs_address)
-        up = subprocess.run([sys.executable, "-m", "raydbg", "up"], env={**os.environ, "RAY_ADDRESS": address},
-                            capture_output=True, text=True, timeout=120, cwd=REPO)
-        assert up.returncode == 0, up.stderr
-        os.environ["RAY_ADDRESS"] = address
+    # Workers cannot import tests/ modules; the target goes by value (file and lines stay).
+    with raydbg_cluster(vscode_targets):
         yield Gateway.discover()
-    finally:
-        ray.shutdown()
-        cloudpickle.unregister_pickle_by_value(vscode_targets)
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
 
 
 class Driver:
