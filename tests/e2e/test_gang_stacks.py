@@ -135,6 +135,7 @@ def test_stacks_name_the_odd_rank(cluster: Cluster, stuck_run: dict[str, Any]) -
     # The readable report says the same in two lines.
     out = cluster.cli("stacks", "--run", RUN, timeout=120)
     assert out.returncode == 0, out.stderr
+    print(out.stdout)  # the example in docs/hangs.md
     assert f"run {RUN}  world size {WORKERS}" in out.stdout
     assert "rank 2 (1/4): train_func " in out.stdout
     assert "ranks 0-1,3 (3/4): all_reduce <- train_func " in out.stdout
