@@ -107,7 +107,7 @@ def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
     if not keys:
         return []
     values = _gcs().internal_kv_multi_get(keys, _NS, timeout=_TIMEOUT)
-    kind = _KINDS[prefix]
+    kind = _KINDS.get(prefix)
     out = []
     for key in keys:
         raw = values.get(key)
@@ -115,14 +115,18 @@ def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
             continue  # deleted between the listing and the read
         name = key.decode(errors="replace")
         try:
-            out.append(validate.record(kind, name[len(prefix):], bytes(raw)))
+            if kind is None:  # a prefix with no schema: any JSON object
+                value = validate.obj(validate.parse(bytes(raw)))
+            else:
+                value = validate.record(kind, name[len(prefix):], bytes(raw))
+            out.append(value)
         except validate.Malformed as exc:
-            _note_malformed(kind, name, bytes(raw), exc)
+            _note_malformed(kind or "other", name, bytes(raw), exc)
     return out
 
 
 def list_prefix(prefix: str) -> list[dict[str, Any]]:
-    """Every valid record under `prefix` (one of SESSION, AGENT, EVENT)."""
+    """Every valid record under `prefix` (SESSION, AGENT, EVENT: checked by their schema)."""
     return _checked(_keys(prefix), prefix)
 
 
