@@ -162,6 +162,9 @@ export class Forwarder {
     ws.on("close", (code: number, reason: Buffer) => {
       const err = closeCodeError(code, reason.toString("utf8"), url);
       if (err) report(err);
+      // 1006: the connection went without a close frame (gateway or network gone). After
+      // an error that was reported already; after our own hang-up it is not news.
+      else if (code === 1006 && !sockGone) report(new ForwarderError(`the raydbg gateway dropped the DAP relay ${url} (connection lost, no close frame)`, "unreachable"));
       // end(), not destroy(): let DAP bytes already queued (e.g. the last events) reach the client.
       sock.end();
       this.pairs.delete(pair);
@@ -172,8 +175,13 @@ export class Forwarder {
       this.pairs.delete(pair);
     });
 
-    sock.on("error", () => ws.terminate());
+    let sockGone = false;
+    sock.on("error", () => {
+      sockGone = true;
+      ws.terminate();
+    });
     sock.on("close", () => {
+      sockGone = true;
       if (ws.readyState === WebSocket.CONNECTING) clientGone = true;
       this.pairs.delete(pair);
       // The debug client went away: tell the gateway, which detaches from the worker.

@@ -4,7 +4,7 @@ import * as net from "node:net";
 import { after, before, test } from "node:test";
 import WebSocket from "ws";
 import { closeCodeError, Forwarder, ForwarderError } from "../src/forwarder";
-import { FakeGateway, freePort, waitFor } from "./helpers/fakeGateway";
+import { FakeGateway, refusedAddress, waitFor } from "./helpers/fakeGateway";
 
 let gw: FakeGateway;
 before(async () => {
@@ -170,6 +170,23 @@ test("gateway closing normally: the client gets the last bytes, then EOF, and no
   }
 });
 
+test("gateway dropping the relay without a close frame: the client is cut off and told why", async () => {
+  gw.onRelay = (ws) => ws.on("message", () => ws.terminate());
+  const { fwd, errors } = await start();
+  try {
+    const s = await connect(fwd.port);
+    const all = readAll(s);
+    s.write(dap({ seq: 1, type: "request", command: "threads" }));
+    await all;
+    await waitFor(() => errors.length > 0, 3000, "error report");
+    assert.equal(errors.length, 1);
+    assert.equal(errors[0].reason, "unreachable");
+    assert.match(errors[0].message, /dropped the DAP relay .* \(connection lost, no close frame\)/);
+  } finally {
+    await fwd.close();
+  }
+});
+
 test("client closing: the relay WebSocket is closed normally", async () => {
   let closed: { code: number } | undefined;
   gw.onRelay = (ws) => {
@@ -210,8 +227,8 @@ test("each connection gets its own relay", async () => {
 });
 
 test("gateway down: an 'unreachable' error and the client is disconnected", async () => {
-  const port = await freePort();
-  const { fwd, errors } = await start("s3cret", `ws://127.0.0.1:${port}/api/v1/sessions/x/dap`);
+  const down = await refusedAddress();
+  const { fwd, errors } = await start("s3cret", `ws://${down.address}/api/v1/sessions/x/dap`);
   try {
     const s = await connect(fwd.port);
     await readAll(s);
@@ -220,6 +237,7 @@ test("gateway down: an 'unreachable' error and the client is disconnected", asyn
     assert.match(errors[0].message, /ECONNREFUSED/);
   } finally {
     await fwd.close();
+    await down.release();
   }
 });
 

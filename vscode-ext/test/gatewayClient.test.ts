@@ -3,7 +3,7 @@ import * as net from "node:net";
 import { after, before, test } from "node:test";
 import { GatewayClient, GatewayError } from "../src/gatewayClient";
 import { ParsedSessions } from "../src/records";
-import { FakeGateway, freePort, record } from "./helpers/fakeGateway";
+import { FakeGateway, record, refusedAddress } from "./helpers/fakeGateway";
 
 let gw: FakeGateway;
 before(async () => {
@@ -36,9 +36,13 @@ test("wrong token: an 'auth' error telling the user what to do", async () => {
 });
 
 test("nothing listening: an 'unreachable' error naming the address", async () => {
-  const port = await freePort();
-  const c = new GatewayClient({ address: `127.0.0.1:${port}`, token: "t" });
-  await rejects(c.sessions(), "unreachable", new RegExp(`cannot reach the raydbg gateway at 127.0.0.1:${port} \\(ECONNREFUSED\\)`));
+  const down = await refusedAddress();
+  try {
+    const c = new GatewayClient({ address: down.address, token: "t" });
+    await rejects(c.sessions(), "unreachable", new RegExp(`cannot reach the raydbg gateway at ${down.address.replace(/\./g, "\\.")} \\(ECONNREFUSED\\)`));
+  } finally {
+    await down.release();
+  }
 });
 
 test("a server that never answers times out as 'unreachable'", async () => {

@@ -3,7 +3,7 @@ import { after, before, test } from "node:test";
 import { GatewayClient } from "../src/gatewayClient";
 import { ClusterState } from "../src/treeModel";
 import { backoffDelay, SessionWatcher } from "../src/watcher";
-import { FakeGateway, freePort, record, waitFor } from "./helpers/fakeGateway";
+import { FakeGateway, record, refusedAddress, waitFor } from "./helpers/fakeGateway";
 
 let gw: FakeGateway;
 before(async () => {
@@ -76,11 +76,12 @@ test("without a stream: polls at the interval, slower when hidden", async () => 
 });
 
 test("an unreachable gateway backs off instead of spinning", async () => {
-  const port = await freePort();
-  const { w, states, last } = watch(`127.0.0.1:${port}`, { intervalMs: 20, maxBackoffMs: 160 });
+  const down = await refusedAddress();
+  const { w, states, last } = watch(down.address, { intervalMs: 20, maxBackoffMs: 160 });
   w.start();
   await new Promise((r) => setTimeout(r, 700));
   w.stop();
+  await down.release();
   const errors = states.filter((s) => s.kind === "error");
   // 20+40+80+160+160+... ms: about 6 tries in 700 ms; a busy loop would make hundreds.
   assert.ok(errors.length >= 3 && errors.length <= 9, `${errors.length} tries`);

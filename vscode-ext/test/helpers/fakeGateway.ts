@@ -159,13 +159,25 @@ export function record(over: Record<string, unknown> = {}): Record<string, unkno
   };
 }
 
-/** A port with nothing listening on it (bound, then released). */
-export async function freePort(): Promise<number> {
+/**
+ * An address where connections are refused ("gateway down") for as long as it is held.
+ *
+ * Binding a port and releasing it (the old freePort) is a race: any process on the
+ * machine may bind that port before the test dials it. Another test file's fake gateway
+ * (same default token) took one once: the relay opened, ended with 1006 when that file
+ * closed its gateway, and "gateway down" waited in vain for an ECONNREFUSED report.
+ * Here the port stays bound on 127.0.0.1, which keeps every wildcard and 127.0.0.1 bind
+ * off it, and the test dials 127.0.0.2, where nothing listens: refused, every time.
+ * Other systems may not route 127.0.0.2; there the old, racy way is all there is.
+ */
+export async function refusedAddress(): Promise<{ address: string; release(): Promise<void> }> {
   const s = net.createServer();
   await new Promise<void>((r) => s.listen(0, "127.0.0.1", r));
   const port = (s.address() as AddressInfo).port;
-  await new Promise<void>((r) => s.close(() => r()));
-  return port;
+  const release = () => new Promise<void>((r) => s.close(() => r()));
+  if (process.platform === "linux") return { address: `127.0.0.2:${port}`, release };
+  await release();
+  return { address: `127.0.0.1:${port}`, release: () => Promise.resolve() };
 }
 
 /** Resolve when `cond()` holds, polling every 5 ms; reject after `ms`. */
