@@ -6,7 +6,8 @@ Workers are plain actors stuck in a sleep (one of them in a different function: 
 one out). For each size it times, several times over: the gateway's answer
 (`GET /api/v1/stacks`, what the TUI pays; also with py-spy off, the cooperative
 handler alone), the `raydbg stacks` CLI end to end (a fresh
-Python process, what a user waits for), and `ray stack` (py-spy --native over every
+Python process, what a user waits for; found through RAY_ADDRESS, and with the gateway
+named in RAYDBG_GATEWAY), and `ray stack` (py-spy --native over every
 Ray process of this node, one after the other; ungrouped, no Ray identity). `ray stack`
 calls `sudo`: where there is none (root in a container), a pass-through `sudo` shim goes
 on its PATH. Then the cost of raydbg's stack hook while nobody asks: in one process, a
@@ -119,6 +120,15 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
     rows = []
     with Cluster(num_cpus=2, env=dict(ENV)) as cluster:
         gw = cluster.up()
+        from raydbg import _ray_internals
+        from raydbg.gang import progress as beats
+
+        t = time.perf_counter()
+        _ray_internals.train_runs()  # Train's state actor: absent unless RAY_TRAIN_ENABLE_STATE_TRACKING=1
+        state_actor_s = time.perf_counter() - t
+        t = time.perf_counter()
+        beats.read_all()  # the node's progress records, what each agent reads instead
+        progress_s = time.perf_counter() - t
         env = sudo_shim()
         env["RAY_ADDRESS"] = cluster.address
         actors: list[Any] = []
@@ -131,7 +141,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 (a.odd if not actors else a.stuck).remote()
                 actors.append(a)
             time.sleep(1.0)
-            gateway, coop, cli, ray_stack, took = [], [], [], [], []
+            gateway, coop, cli, cli_direct, ray_stack, took = [], [], [], [], [], []
             answer: dict[str, Any] = {}
             for _ in range(repeats):
                 progress.update(task, description=f"{n} workers: gateway")
@@ -147,6 +157,9 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 progress.advance(task)
                 progress.update(task, description=f"{n} workers: raydbg stacks")
                 cli.append(time_cmd([sys.executable, "-m", "raydbg", "stacks"], env)[0])
+                # The gateway named directly (as the head's gateway file does): no GCS lookup.
+                cli_direct.append(time_cmd([sys.executable, "-m", "raydbg", "stacks"],
+                                           {**env, "RAYDBG_GATEWAY": gw.address})[0])
                 progress.advance(task)
                 progress.update(task, description=f"{n} workers: ray stack")
                 secs, out = time_cmd([str(Path(sys.executable).with_name("ray")), "stack"], env)
@@ -158,7 +171,8 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
             rows.append({
                 "workers": n, "gateway_s": stats(gateway), "gateway_took_s": stats(took),
                 "gateway_cooperative_only_s": stats(coop),
-                "raydbg_stacks_cli_s": stats(cli), "ray_stack_s": stats(ray_stack),
+                "train_state_actor_lookup_s": state_actor_s, "progress_records_read_s": progress_s,
+                "raydbg_stacks_cli_s": stats(cli), "raydbg_stacks_cli_gateway_named_s": stats(cli_direct), "ray_stack_s": stats(ray_stack),
                 "stuck_workers_dumped": len([w for w in stuck if w.get("threads")]),
                 "classes_of_stuck": [(c["count"], c["summary"]) for c in classes],
                 "errors": answer["errors"][:5],

@@ -21,12 +21,16 @@ def stacks_path(job: str | None, run: str | None, native: bool, pyspy: bool = Tr
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:
-    from raydbg.cli import _gateway
+    from raydbg.cli import UserError, _gateway
     from raydbg.gang.report import render
 
     gw = _gateway(args)
-    answer = asyncio.run(gw.get(stacks_path(args.job, args.run, args.native, not args.no_pyspy),
-                                timeout=args.timeout))
+    try:
+        answer = asyncio.run(gw.get(stacks_path(args.job, args.run, args.native, not args.no_pyspy),
+                                    timeout=args.timeout))
+    except ValueError:  # not JSON: a gateway without this route answers 404 in text
+        raise UserError(f"the gateway at {gw.address} has no stacks endpoint: restart it with this "
+                        "raydbg (`raydbg down && raydbg up`)") from None
     if args.json:
         print(json.dumps(answer, indent=2, sort_keys=True))
     else:
