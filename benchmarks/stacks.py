@@ -182,7 +182,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
             })
             progress.console.print(rows[-1]["workers_seen"], rows[-1]["classes_of_stuck"], rows[-1]["errors"])
             progress.console.print(f"{n} workers: gateway {statistics.median(gateway):.3f}s, "
-                                   f"cli {statistics.median(cli):.3f}s, ray stack {statistics.median(ray_stack):.3f}s")
+                                   f"cli {statistics.median(cli):.3f}s (gateway named {statistics.median(cli_direct):.3f}s), ray stack {statistics.median(ray_stack):.3f}s")
     return rows
 
 
