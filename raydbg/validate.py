@@ -217,7 +217,7 @@ def check(schema: Schema, value: Any) -> dict[str, Any]:
         if name not in rec:
             if required:
                 raise Malformed(f"missing field {name!r}")
-            out[name] = default() if callable(default) else _copy(default)
+            out[name] = _copy(default)
             continue
         try:
             checker(rec[name])

@@ -201,6 +201,8 @@ class AgentServer:
         if rec is None:
             return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
         if rec["node_id"] != self.node_id:
+            if not self.is_head:  # only the gateway relays on; a node agent serves its own node
+                return web.json_response({"error": f"session {sid} is not on this node"}, status=404)
             return await self._relay_remote(request, rec, sid)
         pid = int(rec["pid"])
         if not (rec.get("socket") or rec.get("port")):
