@@ -13,6 +13,7 @@ KEYS = [
     ("Sessions", "Enter", "attach to the selected session"),
     ("Sessions", "/", "filter sessions (Esc clears)"),
     ("Events", "Enter", "show why (the event's details)"),
+    ("Main", "g", "gang view: stack classes of a Train run or job"),
     ("Debug", "c", "continue"),
     ("Debug", "n", "next line (step over)"),
     ("Debug", "s", "step in"),

@@ -23,7 +23,7 @@ class MainScreen(Screen[None]):
 
     BINDINGS = [
         Binding("slash", "filter", "Filter"),
-        Binding("g", "gang", "Gang view"),
+        Binding("g", "gang", "Gang view", show=False),  # listed in help (?); the footer is full at 80 columns
         Binding("tab", "app.focus_next", "Next pane", show=True),
         Binding("shift+tab", "app.focus_previous", "Prev pane", show=False),
     ]
