@@ -17,6 +17,7 @@ import psutil
 import pytest
 import ray
 from cluster import FAST_NODE_DEATH, Cluster, Node, node_death_bound_s
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from e2e import targets
 from e2e.conftest import attach_and_inspect, forward, wait_for_session, wait_gone
@@ -48,6 +49,13 @@ def _raylet_of(pid: int) -> int:
     raise AssertionError(f"process {pid} has no raylet ancestor")
 
 
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def _far_task() -> Any:
     # max_retries=0: a retry could only go to the far node again (its resource), and after the
     # node's death it would wait there for ever as infeasible: that would be Ray's wait, not ours.
@@ -67,6 +75,30 @@ def test_breakpoint_on_second_node_is_listed_attached_and_resumed(two_nodes: tup
     assert seen["value"] == "15" and seen["evaluated"] == "30"
     assert ray.get(ref, timeout=60) == 16
     wait_gone(gw, rec["id"], timeout=30)
+
+
+def test_stacks_of_both_nodes_are_merged(two_nodes: tuple[Cluster, Node, Any]) -> None:
+    """One paused task per node: the gateway's stacks hold both, each labelled with its node."""
+    cluster, far, gw = two_nodes
+    head = cluster.head_node_id()
+    on_head = NodeAffinitySchedulingStrategy(head, soft=False)
+    refs = [_far_task().remote(2), ray.remote(scheduling_strategy=on_head)(targets.plain_task).remote(3)]
+    sessions = {n: wait_for_session(gw, function="plain_task", node_id=n) for n in (far.node_id, head)}
+    answer = asyncio.run(gw.get("/api/v1/stacks", timeout=60))
+    assert answer["errors"] == []
+    mine = {w["node_id"]: w for w in answer["workers"] if w["pid"] in {r["pid"] for r in sessions.values()}}
+    assert set(mine) == {far.node_id, head}
+    for node_id, worker in mine.items():
+        assert worker["pid"] == sessions[node_id]["pid"] and worker["paused"] is True
+        frames = [f for t in worker["threads"] for f in t["frames"]]
+        assert any(f["function"] == "plain_task" and f["line"] == targets.line_of("task") for f in frames)
+    # Both paused at the same line: one class, with a member from each node.
+    (cls,) = [c for c in answer["classes"] if {m["pid"] for m in c["members"]} & {w["pid"] for w in mine.values()}]
+    assert {m["node_id"] for m in cls["members"]} >= {far.node_id, head} and cls["paused"] is True
+    for rec in sessions.values():
+        with forward(cluster.address, rec["id"]) as port:
+            asyncio.run(attach_and_inspect(port, "local_value"))
+    assert ray.get(refs, timeout=60) == [7, 10]
 
 
 def _monitor_state(agent: dict[str, Any]) -> dict[str, Any]:
@@ -133,13 +165,18 @@ def test_second_node_dies_while_a_session_is_paused_there(two_nodes: tuple[Clust
             break
         assert time.monotonic() - killed < GONE_BOUND_S + AGENT_STALE_S, f"dead node's agent still listed: {agents}"
         time.sleep(0.2)
+    # Stacks ask the agents still listed: the dead node is neither asked nor an error.
+    answer = asyncio.run(gw.get("/api/v1/stacks", timeout=60))
+    assert answer["errors"] == [] and far.node_id not in {w["node_id"] for w in answer["workers"]}
     nodes = {n["node_id"]: n for n in asyncio.run(gw.nodes())}
     assert nodes[far.node_id]["alive"] is False and nodes[cluster.head_node_id()]["alive"] is True
     events = asyncio.run(gw.events())
     assert any(e["kind"] == "session.collected" and e["details"]["session"] == rec["id"] for e in events)
     # The dead node's memory monitor went with its raylet.
-    psutil.wait_procs([psutil.Process(monitor_pid)], timeout=10)
-    assert not psutil.pid_exists(monitor_pid) or psutil.Process(monitor_pid).status() == psutil.STATUS_ZOMBIE
+    deadline = time.monotonic() + 10
+    while _running(monitor_pid):
+        assert time.monotonic() < deadline, f"memory monitor {monitor_pid} outlived its node's raylet"
+        time.sleep(0.2)
     # And the head still debugs: a breakpoint there is listed and attachable.
     ref = ray.remote(targets.plain_task).remote(1)
     rec = wait_for_session(gw, function="plain_task")
