@@ -43,6 +43,7 @@ class _RunState:
     last_progress: float = 0.0  # newest beat of any rank
     last_paused: float = 0.0  # last time a raydbg session of the run was listed
     fired_at: float | None = None  # last_progress value the event was for
+    last_seen: float = 0.0
     ranks: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -60,13 +61,15 @@ class HangDecider:
         for rec in beats:
             seen.setdefault(run_key(rec), []).append(rec)
         paused = {run_key(s) for s in sessions}
-        # Runs whose workers are gone (finished, failed) are forgotten.
-        for k in list(self.runs):
-            if k not in seen:
+        # Runs whose workers are gone (finished, failed) are forgotten; not at once, so that
+        # a node that missed one round does not make a stall fire twice.
+        for k, st in list(self.runs.items()):
+            if k not in seen and now - st.last_seen > self.hang_after:
                 del self.runs[k]
         out = []
         for k, recs in seen.items():
             st = self.runs.setdefault(k, _RunState())
+            st.last_seen = now
             newest = max(float(r.get("ts", 0)) for r in recs)
             if newest > st.last_progress:
                 st.last_progress = newest
