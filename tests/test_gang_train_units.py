@@ -210,9 +210,10 @@ def test_other_runs_and_finished_runs() -> None:
     beats = _beats(0, run="a") + _beats(100, run="b")
     found = d.update(beats, [{"job_id": "j", "train_run": "b"}], now=105)
     assert [f["train_run"] for f in found] == ["a"]
-    assert d.update(beats, [], now=120) == []  # "a" fired already
+    b_paused = [{"job_id": "j", "train_run": "b"}]
+    assert d.update(beats, b_paused, now=120) == []  # "a" fired already
     assert d.update([], [], now=125) == [] and d.runs  # one round without beats: kept
-    assert d.update(_beats(0, run="a"), [], now=127) == []  # still the same stall: no second event
+    assert d.update(_beats(0, run="a"), b_paused, now=127) == []  # the same stall: no second event
     assert d.update([], [], now=200) == [] and d.runs == {}  # workers gone: forgotten
     # A non-Train job's idle worker (its task ended) is asked about before it counts.
     job = [{"job_id": "k", "train_run": None, "pid": 3, "ts": 0, "task_id": "t"}]
