@@ -1,7 +1,7 @@
 /**
  * The gateway the local Ray session names: the only address Ray's token is sent to.
  *
- * The head's agent writes `<session dir>/raydbg/gateway.json` (`{"address": "ip:port"}`);
+ * The head's agent writes `<session dir>/raydbg-<uid>/gateway.json` (`{"address": "ip:port"}`);
  * `raydbg` finds the gateway there too (raydbg/client.py find_gateway). /tmp/ray is shared
  * by every user of the machine, so the file counts only when it is a regular file owned
  * by us and writable by nobody else; it is checked on the open descriptor (no race).
@@ -10,17 +10,20 @@ import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { addressKey } from "./settings";
 
-export const LOCAL_GATEWAY_FILE = "/tmp/ray/session_latest/raydbg/gateway.json";
+/** Where the head's agent of a cluster run by `uid` leaves its address (raydbg/agent/actor.py). */
+export function localGatewayFile(uid: number | undefined = process.getuid?.()): string {
+  return `/tmp/ray/session_latest/raydbg-${uid ?? "unknown"}/gateway.json`;
+}
 
 // Bigger than any real gateway.json by far; a huge file is not ours.
 const MAX_BYTES = 64 * 1024;
 
 /** The normalised address (settings.addressKey) in `path`, or null when it cannot be trusted. */
-export async function readLocalGateway(path: string = LOCAL_GATEWAY_FILE, uid: number | undefined = process.getuid?.()): Promise<string | null> {
+export async function readLocalGateway(path?: string, uid: number | undefined = process.getuid?.()): Promise<string | null> {
   if (uid === undefined) return null; // no owner to check against (Windows): trust nothing
   let fh;
   try {
-    fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    fh = await open(path ?? localGatewayFile(uid), constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
   } catch {
     return null;
   }

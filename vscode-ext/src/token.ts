@@ -6,7 +6,7 @@
  * - a cluster's `tokenFile` to that cluster (entries come from user settings only);
  * - `RAYDBG_TOKEN` to clusters that set `"tokenFromEnv": true`;
  * - Ray's token (`RAY_AUTH_TOKEN`, `RAY_AUTH_TOKEN_PATH`, `~/.ray/auth_token`) and the
- *   head's `~/.raydbg/token` to the gateway the local Ray session names, nowhere else.
+ *   head's `~/.raydbg/tokens/<host_port>` to the gateway the local Ray session names, nowhere else.
  */
 import { homedir } from "node:os";
 import { readFile } from "node:fs/promises";
@@ -44,8 +44,13 @@ async function tryRead(read: (p: string) => Promise<string>, path: string): Prom
 }
 
 /** The local cluster's token, in the CLI's order (raydbg/auth.py client_token). */
-async function localToken(env: NodeJS.ProcessEnv, home: string, read: (p: string) => Promise<string>): Promise<{ token: string; source: string } | null> {
-  const head = join(home, ".raydbg", "token");
+/** The file the head's agent leaves the token of the gateway at `address` in (raydbg/auth.py token_path). */
+export function headTokenFile(home: string, address: string): string {
+  return join(home, ".raydbg", "tokens", address.trim().toLowerCase().replace(/[^A-Za-z0-9.-]/g, "_"));
+}
+
+async function localToken(address: string, env: NodeJS.ProcessEnv, home: string, read: (p: string) => Promise<string>): Promise<{ token: string; source: string } | null> {
+  const head = headTokenFile(home, address);
   const own = await tryRead(read, head);
   if (own) return { token: own, source: head };
   const fromEnv = env.RAY_AUTH_TOKEN?.trim();
@@ -79,7 +84,7 @@ export async function resolveToken(src: TokenSources): Promise<TokenResult> {
     return { error: '"tokenFromEnv" is set but RAYDBG_TOKEN is empty in the environment VS Code was started from' };
   }
   if (src.localGateway && src.localGateway === src.address) {
-    const local = await localToken(env, home, read);
+    const local = await localToken(src.address, env, home, read);
     if (local) return local;
   }
   const hint = raydbgEnv ? ' (RAYDBG_TOKEN is set, but is only sent to clusters with "tokenFromEnv": true)' : "";

@@ -13,7 +13,7 @@ function files(map: Record<string, string>) {
 }
 
 // Every token source at once: a test names what it expects to win, and what must not leak.
-const ALL = { "/t": "file", "/h/.raydbg/token": "headtok", "/h/.ray/auth_token": "raytok", "/p": "pathtok" };
+const ALL = { "/t": "file", "/h/.raydbg/tokens/gw_8266": "headtok", "/h/.ray/auth_token": "raytok", "/p": "pathtok" };
 const ENV = { RAYDBG_TOKEN: "envtok", RAY_AUTH_TOKEN: "rayenv", RAY_AUTH_TOKEN_PATH: "/p" };
 const resolve = (over: Partial<TokenSources>) => resolveToken({ address: "gw:8266", env: ENV, home: "/h", read: files(ALL), ...over });
 const token = (r: Awaited<ReturnType<typeof resolveToken>>) => ("token" in r ? r.token : `error: ${r.error}`);
@@ -32,7 +32,7 @@ test("addresses normalise to host:port, the identity a token belongs to", () => 
 test("the token stored for the address wins, then the cluster's tokenFile", async () => {
   assert.deepEqual(await resolve({ secret: " tok ", tokenFile: "/t", tokenFromEnv: true, localGateway: "gw:8266" }), { token: "tok", source: "secret storage" });
   assert.deepEqual(await resolve({ tokenFile: "/t", tokenFromEnv: true, localGateway: "gw:8266" }), { token: "file", source: "/t" });
-  assert.deepEqual(await resolve({ tokenFile: "~/.raydbg/token" }), { token: "headtok", source: "/h/.raydbg/token" });
+  assert.deepEqual(await resolve({ tokenFile: "~/.raydbg/tokens/gw_8266" }), { token: "headtok", source: "/h/.raydbg/tokens/gw_8266" });
   // An explicitly configured file that cannot be read is an error, not a reason to guess.
   assert.deepEqual(await resolve({ tokenFile: "/missing", tokenFromEnv: true, localGateway: "gw:8266" }), { error: "cannot read a token from tokenFile /missing" });
 });
@@ -46,8 +46,8 @@ test("RAYDBG_TOKEN goes only to a cluster that opts in with tokenFromEnv", async
 });
 
 test("Ray's token and the head's token file go only to the local Ray session's gateway", async () => {
-  // Same order as the CLI (raydbg/auth.py client_token): ~/.raydbg/token, then Ray's.
-  assert.deepEqual(await resolve({ localGateway: "gw:8266" }), { token: "headtok", source: "/h/.raydbg/token" });
+  // Same order as the CLI (raydbg/auth.py client_token): the head's ~/.raydbg/tokens/<host_port>, then Ray's.
+  assert.deepEqual(await resolve({ localGateway: "gw:8266" }), { token: "headtok", source: "/h/.raydbg/tokens/gw_8266" });
   const noHead = files({ "/h/.ray/auth_token": "raytok", "/p": "pathtok" });
   assert.equal(token(await resolve({ localGateway: "gw:8266", read: noHead })), "rayenv");
   assert.equal(token(await resolve({ localGateway: "gw:8266", read: noHead, env: { RAY_AUTH_TOKEN_PATH: "/p" } })), "pathtok");
