@@ -36,6 +36,12 @@ def heartbeat_s() -> float:
     return value if 0.5 <= value <= 3600 else HEARTBEAT_S
 
 
+def close_reason(text: str) -> bytes:
+    """A WebSocket close reason must fit a control frame (123 bytes), or the client sees
+    a protocol error (1002) instead of the relay's close code."""
+    return text.encode()[:123].decode(errors="ignore").encode()
+
+
 @dataclass(frozen=True)
 class DebuggeeAddress:
     """Where a session's worker on this node listens: its private socket (or, in
@@ -91,7 +97,7 @@ async def to_debugpy(ws: web.WebSocketResponse, debuggee: DebuggeeAddress) -> No
                 try:
                     reader, writer = await debuggee.open()
                 except (OSError, debug_socket.UnsafeDirError) as exc:
-                    await ws.close(code=CLOSE_UNREACHABLE, message=f"debuggee unreachable: {exc}".encode())
+                    await ws.close(code=CLOSE_UNREACHABLE, message=close_reason(f"debuggee unreachable: {exc}"))
                     break
                 pump = asyncio.ensure_future(_tcp_to_ws(reader, ws))
             if writer is not None:
