@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import ray
@@ -45,17 +47,32 @@ def _shortest_unique(sid: str, ids: list[str]) -> str:
     return sid
 
 
+def _gateway_when_up(address: str, timeout: float = 180) -> Any:
+    from raydbg.client import GatewayError
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return gateway(address)
+        except GatewayError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def test_list_piped_whole_and_forward_by_prefix(cluster: str) -> None:
     import asyncio
 
-    gw = gateway(cluster)
     task = ray.remote(targets.plain_task)
-    refs, ids = [], []
+    refs = [task.options(num_cpus=0, name=f"{LONG}00").remote(0)]
+    gw = _gateway_when_up(cluster)  # the first pause starts the agents and the gateway
+    ids: list[str] = []
     # Pause tasks until two session ids share their first hex digit: an ambiguous prefix
     # needs real ids, and 17 sessions make one certain (16 digits); ~6 are usually enough.
     while True:
-        i = len(refs)
-        refs.append(task.options(num_cpus=0, name=f"{LONG}{i:02d}").remote(i))
+        i = len(ids)
+        if i == len(refs):
+            refs.append(task.options(num_cpus=0, name=f"{LONG}{i:02d}").remote(i))
         rec = wait_for_session(gw, timeout=180, task_name=f"{LONG}{i:02d}")
         ids.append(str(rec["id"]))
         firsts = [s[0] for s in ids]
@@ -84,7 +101,7 @@ def test_list_piped_whole_and_forward_by_prefix(cluster: str) -> None:
     assert len(prefix) < len(target)
     with forward(cluster, prefix) as port:
         seen = asyncio.run(attach_and_inspect(port, "local_value"))
-    assert seen["value"] == "0" and seen["top"]["line"] == targets.line_of("BP:task")
+    assert seen["value"] == "0" and seen["top"]["line"] == targets.line_of("task")
     for sid in ids[1:]:
         done = raydbg_cli(cluster, "continue", sid, "--json")
         assert done.returncode == 0, done.stderr
