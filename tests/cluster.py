@@ -119,19 +119,17 @@ class Node:
 
     def stop(self, timeout: float = 20) -> None:
         """End `ray start` and everything in its process group (raylet, agents, workers)."""
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+        for sig, grace in ((signal.SIGTERM, timeout), (signal.SIGKILL, 5.0)):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, sig)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                continue
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace)
+            deadline = time.monotonic() + grace
+            while _group_alive(self.proc.pid) and time.monotonic() < deadline:
+                time.sleep(0.2)
             if not _group_alive(self.proc.pid):
-                self.remove_files()
-                return
-            time.sleep(0.5)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
+                break
+        self.remove_files()
 
     def remove_files(self) -> None:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
