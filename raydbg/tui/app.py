@@ -57,14 +57,14 @@ class RaydbgApp(App[None]):
             self.push_screen(HelpScreen())
 
     async def action_quit(self) -> None:
-        """Quit; detach first so no task stays paused because we left."""
+        """Quit; disconnect first: a paused task stays paused and listed for the next client."""
         for screen in self.screen_stack:
             if isinstance(screen, DebugScreen):
                 screen.leaving = True
                 try:
                     await screen.controller.detach()
                 except Exception:
-                    pass  # the connection is gone; nothing holds the task
+                    pass  # the connection is gone already
         self.exit()
 
 

@@ -287,16 +287,16 @@ class DebugScreen(Screen[None]):
         self.query_one(StackView).toggle_folding()
 
     def action_detach(self) -> None:
-        self.detach_and_leave("detached; the task goes on")
+        self.detach_and_leave("detached; the task goes on", resume=True)
 
     @work(exclusive=True, group="leave")
-    async def detach_and_leave(self, text: str, severity: str = "information") -> None:
-        await self._close_and_leave(text, severity)
+    async def detach_and_leave(self, text: str, severity: str = "information", resume: bool = False) -> None:
+        await self._close_and_leave(text, severity, resume)
 
-    async def _close_and_leave(self, text: str, severity: str) -> None:
+    async def _close_and_leave(self, text: str, severity: str, resume: bool = False) -> None:
         self.leaving = True
         try:
-            await self.controller.detach()
+            await self.controller.detach(resume=resume)
         except Exception:
             pass  # the peer is gone already; leaving is all that is left
         self.leave(text, severity)

@@ -65,10 +65,17 @@ class DebugController:
     def attached(self) -> bool:
         return self.client is not None and self.client.is_open
 
-    async def detach(self, timeout: float = 2.0) -> None:
-        """Disconnect; the debuggee goes on running. Closes the stream in every case."""
+    async def detach(self, timeout: float = 2.0, resume: bool = False) -> None:
+        """Disconnect; closes the stream in every case.
+
+        Leaving releases only the threads this client resumed (docs/security.md): with
+        `resume` the followed thread is continued first, else it stays paused, listed and
+        attachable by the next client.
+        """
         if self.client is not None:
             if self.client.is_open:
+                if resume and self.thread_id is not None and not self.running:
+                    await self.dap.continue_(self.thread_id)
                 await self.client.disconnect(timeout=timeout)
             else:
                 await self.client.close()
