@@ -158,7 +158,7 @@ def test_nothing_accepts_dap_without_the_token(cluster: str) -> None:
 def test_cli_errors_are_one_line(cluster: str) -> None:
     assert raydbg_cli(cluster, "up").returncode == 0
     unknown = raydbg_cli(cluster, "forward", "feedfacefeed", "--port", "0")
-    assert unknown.returncode == 1 and "no paused session feedfacefeed" in unknown.stderr
+    assert unknown.returncode == 1 and "no paused session matches 'feedfacefeed'" in unknown.stderr
     bad = subprocess.run([sys.executable, "-m", "raydbg", "list"], capture_output=True, text=True,
                          env={**os.environ, "RAY_ADDRESS": cluster, "RAYDBG_TOKEN": "wrong"}, cwd=REPO)
     assert bad.returncode == 1 and "refused the token" in bad.stderr
