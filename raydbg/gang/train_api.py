@@ -20,7 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from raydbg import registry
-from raydbg.gang import pause, progress
+from raydbg.gang import collect, pause, progress
 
 log = logging.getLogger("raydbg.agent")
 
@@ -31,6 +31,12 @@ async def _blocking(fn: Any, *args: Any) -> Any:
     return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
+def _ray_nodes() -> list[dict[str, Any]]:
+    import ray
+
+    return list(ray.nodes())
+
+
 async def merged_progress(server: Any) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Beats of every node: this one read directly, the others through their agents."""
     agents = await _blocking(registry.agents)
@@ -39,10 +45,11 @@ async def merged_progress(server: Any) -> tuple[list[dict[str, Any]], list[dict[
     headers = {"Authorization": f"Bearer {server.token}"}
     timeout = aiohttp.ClientTimeout(total=AGENT_TIMEOUT_S)
 
-    async def one(http: aiohttp.ClientSession, agent: dict[str, Any]) -> None:
-        url = f"http://{agent['node_ip']}:{agent['port']}/api/v1/progress/local"
+    async def one(http: aiohttp.ClientSession, agent: dict[str, Any], nodes: list[dict[str, Any]]) -> None:
         try:
-            async with http.get(url, headers=headers) as resp:
+            # The relay's rule: Ray's node table and the agent actor, not the KV record alone.
+            base = await _blocking(collect.agent_base_url, str(agent.get("node_id")), nodes)
+            async with http.get(base + "/api/v1/progress/local", headers=headers) as resp:
                 resp.raise_for_status()
                 out.extend(await resp.json())
         except Exception as exc:
@@ -50,8 +57,9 @@ async def merged_progress(server: Any) -> tuple[list[dict[str, Any]], list[dict[
 
     others = [a for a in agents if a.get("node_id") != server.node_id and a.get("port")]
     if others:
+        nodes = await _blocking(_ray_nodes)
         async with aiohttp.ClientSession(timeout=timeout) as http:
-            await asyncio.gather(*(one(http, a) for a in others))
+            await asyncio.gather(*(one(http, a, nodes) for a in others))
     return out, errors
 
 
