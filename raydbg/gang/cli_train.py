@@ -99,7 +99,7 @@ async def with_held(gw: Gateway, recs: list[dict[str, Any]]) -> list[dict[str, A
     return recs
 
 
-def _ranges(ranks: list[int]) -> str:
+def ranks_text(ranks: list[int]) -> str:
     try:
         from raydbg.gang.classes import rank_ranges
 
@@ -114,7 +114,7 @@ def held_lines(recs: list[dict[str, Any]]) -> list[str]:
     for g in pause.groups(recs):
         ranks = [r for r in g["ranks"] if r is not None]
         size = g.get("world_size") or "?"
-        lines.append(f"group {g['group']}: ranks {_ranges(ranks)} ({len(ranks)}/{size}) of run {g['train_run']} "
+        lines.append(f"group {g['group']}: ranks {ranks_text(ranks)} ({len(ranks)}/{size}) of run {g['train_run']} "
                      f"at {os.path.basename(str(g['file']))}:{g['line']}  (raydbg continue {g['group']})")
     shown: set[tuple[Any, ...]] = set()
     for rec in recs:
@@ -134,6 +134,6 @@ def held_lines(recs: list[dict[str, Any]]) -> list[str]:
         who = "rank " + str(rec.get("train_rank")) if rec.get("group") is None else f"group {rec['group']}"
         for members in by_class.values():
             ranks = [int(h["world_rank"]) for h in members]
-            lines.append(f"  held by {who} of run {rec.get('train_run')}: ranks {_ranges(ranks)}: "
+            lines.append(f"  held by {who} of run {rec.get('train_run')}: ranks {ranks_text(ranks)}: "
                          f"{members[0].get('summary') or members[0].get('state')}")
     return lines

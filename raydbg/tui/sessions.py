@@ -26,9 +26,9 @@ def with_gang(row: tuple[str, ...], rec: dict[str, Any], held: list[dict[str, An
     if rec.get("group"):
         extra.append(f"group {rec['group']}")
     if held:
-        from raydbg.gang.cli_train import _ranges
+        from raydbg.gang.cli_train import ranks_text
 
-        extra.append(f"holds ranks {_ranges([int(h['world_rank']) for h in held])}")
+        extra.append(f"holds ranks {ranks_text([int(h['world_rank']) for h in held])}")
     if not extra:
         return row
     cells = list(row)
