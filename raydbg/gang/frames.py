@@ -29,6 +29,9 @@ COLLECTIVES = frozenset({
     "all_to_all", "all_to_all_single", "gather", "gather_object", "scatter",
     "scatter_object_list", "send", "recv", "send_object_list", "recv_object_list",
     "batch_isend_irecv", "wait", "allreduce", "allgather", "reducescatter",
+    # functional collectives (FSDP2's all-gather and reduce-scatter go through these)
+    "all_gather_single", "all_gather_tensor", "all_gather_into_tensor_coalesced",
+    "reduce_scatter_tensor_coalesced", "wait_tensor",
 })
 _COLLECTIVE_MODULES = ("torch/distributed/", "ray/util/collective/")
 # Native frames of the communication libraries (py-spy --native).
