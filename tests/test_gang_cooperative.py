@@ -110,3 +110,12 @@ def test_pyspy_dump_of_a_live_process(child: subprocess.Popen[str]) -> None:
     assert any(t["name"] == "side-thread" for t in threads)
     with pytest.raises(pyspy.StackError):
         asyncio.run(pyspy.dump(2**22 + 12345))  # no such pid: an error, not an exception leak
+
+
+def test_prune_removes_files_of_gone_processes(child: subprocess.Popen[str], tmp_path: Path) -> None:
+    base = cooperative.stacks_dir()
+    (base / "999999999-1.txt").write_text("")  # no such pid
+    (base / f"{child.pid}-1.txt").write_text("")  # the pid lives, but it is another process (start time)
+    assert cooperative.prune() == 2
+    text, _ = cooperative._paths(child.pid)
+    assert text.exists() and cooperative.available(child.pid)  # the live worker's file stays

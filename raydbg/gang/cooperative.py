@@ -207,6 +207,30 @@ async def request(pid: int, timeout: float = 3.0, grace: float = 0.25,
     raise StackError(f"pid {pid} did not answer the stack signal within {timeout:g}s")
 
 
+def prune(base: Path | None = None) -> int:
+    """Remove the files of processes that are gone (their pid ended or was reused); returns how many."""
+    gone = 0
+    try:
+        directory = base or stacks_dir()
+        names = os.listdir(directory)
+    except OSError:
+        return 0
+    for name in names:
+        stem = name.split(".", 1)[0]
+        pid, _, ticks = stem.partition("-")
+        try:
+            alive = pid.isdigit() and start_ticks(int(pid)) == ticks
+        except OSError:
+            alive = False
+        if not alive:
+            try:
+                os.unlink(directory / name)
+                gone += 1
+            except OSError:
+                pass
+    return gone
+
+
 def worker_setup() -> None:
     """Called from the worker hook: install unless RAYDBG_STACKS_COOPERATIVE=0; never raises."""
     if os.environ.get("RAYDBG_STACKS_COOPERATIVE", "1") == "0":

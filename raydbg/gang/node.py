@@ -72,4 +72,6 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
         async with sem:
             return await worker_stacks(w, native, use_pyspy)
 
-    return list(await asyncio.gather(*(one(w) for w in ids)))
+    out = list(await asyncio.gather(*(one(w) for w in ids)))
+    await call(cooperative.prune)  # files of workers that died since the last request
+    return out
