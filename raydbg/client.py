@@ -103,10 +103,22 @@ class Gateway:
         return f"{scheme}://{self.address}{path}"
 
     async def get(self, path: str, timeout: float = 10.0) -> Any:
+        return await self.request("GET", path, timeout)
+
+    async def post(self, path: str, timeout: float = 10.0) -> Any:
+        return await self.request("POST", path, timeout)
+
+    async def request(self, method: str, path: str, timeout: float = 10.0) -> Any:
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
-                async with http.get(self.url(path), headers=self.headers) as resp:
-                    body = await resp.json(content_type=None)
+                async with http.request(method, self.url(path), headers=self.headers) as resp:
+                    try:
+                        body = await resp.json(content_type=None)
+                    except ValueError:
+                        raise GatewayError(
+                            f"{self.address} answered {resp.status} with something that is not JSON: "
+                            "is RAYDBG_GATEWAY / --address a raydbg gateway?"
+                        ) from None
                     if resp.status == 401:
                         raise GatewayError(f"the gateway at {self.address} refused the token: check RAYDBG_TOKEN / --token-file")
                     if resp.status >= 400:

@@ -8,35 +8,17 @@ import os
 from typing import Any
 from urllib.parse import urlencode
 
-import aiohttp
-
 from raydbg.client import Gateway, GatewayError
 from raydbg.gang import pause
-
-
-async def post(gw: Gateway, path: str, timeout: float = 10.0) -> Any:
-    try:
-        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
-            async with http.post(gw.url(path), headers=gw.headers) as resp:
-                body = await resp.json(content_type=None)
-                if resp.status == 401:
-                    raise GatewayError(f"the gateway at {gw.address} refused the token: check RAYDBG_TOKEN / --token-file")
-                if resp.status >= 400:
-                    raise GatewayError(str(body.get("error") if isinstance(body, dict) else body))
-                return body
-    except aiohttp.ClientConnectorError:
-        raise GatewayError(f"cannot connect to the raydbg gateway at {gw.address}: is `raydbg up` running?") from None
-    except (aiohttp.ClientError, TimeoutError) as exc:
-        raise GatewayError(f"gateway {gw.address}: {exc or type(exc).__name__}") from None
 
 
 async def continue_target(gw: Gateway, target: str) -> dict[str, Any]:
     """Resume a pause group (every rank in it) or one session; GatewayError when neither is listed."""
     kind, _ = pause.resolve(target, await gw.sessions())
     if kind == "group":
-        return dict(await post(gw, f"/api/v1/groups/{target}/continue"))
+        return dict(await gw.post(f"/api/v1/groups/{target}/continue"))
     if kind == "session":
-        return dict(await post(gw, f"/api/v1/sessions/{target}/continue"))
+        return dict(await gw.post(f"/api/v1/sessions/{target}/continue"))
     raise GatewayError(f"no paused session or pause group {target}: see `raydbg list`")
 
 

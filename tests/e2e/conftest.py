@@ -122,6 +122,23 @@ async def attach_and_inspect(port: int, variable: str, expression: str | None = 
     return result
 
 
+async def attach_paused_threads(port: int, line: int) -> tuple[Any, dict[int, int]]:
+    """Attach through a forward port; the worker's threads paused at `line`, by their local `n`."""
+    from raydbg.dap.session import attach_session
+    from raydbg.dap.transport import open_tcp
+
+    reader, writer = await open_tcp("127.0.0.1", port)
+    client, _ = await attach_session(reader, writer, timeout=30)
+    paused: dict[int, int] = {}
+    for thread in await client.threads():
+        frames = await client.stack_trace(thread["id"])
+        if frames and frames[0]["line"] == line:
+            scopes = await client.scopes(frames[0]["id"])
+            values = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
+            paused[int(values["n"])] = thread["id"]
+    return client, paused
+
+
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
     with Cluster(env={"RAY_DEBUG_POST_MORTEM": "1", "RAYDBG_WAIT_TIMEOUT": "120"}) as cluster:

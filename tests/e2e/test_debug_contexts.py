@@ -13,6 +13,7 @@ import ray
 from e2e import targets
 from e2e.conftest import (
     attach_and_inspect,
+    attach_paused_threads,
     forward,
     gateway,
     list_sessions,
@@ -97,19 +98,8 @@ def test_threaded_actor_two_calls_are_two_sessions(ray_cluster: str, gw: Any) ->
 
 async def _continue_and_check(ray_cluster: str, gw: Any, first: dict[str, Any], refs: list[Any]) -> dict[str, Any]:
     """Attach once, continue one paused thread only: its call returns, the other stays paused."""
-    from raydbg.dap.session import attach_session
-    from raydbg.dap.transport import open_tcp
-
     with forward(ray_cluster, first["id"]) as port:
-        reader, writer = await open_tcp("127.0.0.1", port)
-        client, _ = await attach_session(reader, writer, timeout=30)
-        paused: dict[int, int] = {}
-        for thread in await client.threads():
-            frames = await client.stack_trace(thread["id"])
-            if frames and frames[0]["line"] == targets.line_of("threaded"):
-                scopes = await client.scopes(frames[0]["id"])
-                values = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
-                paused[int(values["n"])] = thread["id"]
+        client, paused = await attach_paused_threads(port, targets.line_of("threaded"))
         assert sorted(paused) == [1, 2]
         await client.continue_(paused[1])
         done, _ = await asyncio.get_running_loop().run_in_executor(

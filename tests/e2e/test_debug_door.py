@@ -17,7 +17,14 @@ import pytest
 import ray
 
 from e2e import targets
-from e2e.conftest import attach_and_inspect, forward, gateway, raydbg_cli, wait_for_session
+from e2e.conftest import (
+    attach_and_inspect,
+    attach_paused_threads,
+    forward,
+    gateway,
+    raydbg_cli,
+    wait_for_session,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -151,23 +158,6 @@ def test_the_debugger_listens_only_on_a_private_socket_while_paused(ray_cluster:
     assert ray.get(ref, timeout=60) == 102
 
 
-async def _attach(port: int) -> tuple[Any, dict[int, int]]:
-    """Attach through a forward port; the paused threads of the worker by their `n`."""
-    from raydbg.dap.session import attach_session
-    from raydbg.dap.transport import open_tcp
-
-    reader, writer = await open_tcp("127.0.0.1", port)
-    client, _ = await attach_session(reader, writer, timeout=30)
-    paused: dict[int, int] = {}
-    for thread in await client.threads():
-        frames = await client.stack_trace(thread["id"])
-        if frames and frames[0]["line"] == targets.line_of("threaded"):
-            scopes = await client.scopes(frames[0]["id"])
-            values = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
-            paused[int(values["n"])] = thread["id"]
-    return client, paused
-
-
 def _two_paused(gw: Any, base: int) -> tuple[list[Any], list[dict[str, Any]]]:
     actor = ray.remote(targets.ThreadedActor).options(max_concurrency=4).remote()
     pid = ray.get(actor.pid.remote(), timeout=60)
@@ -199,7 +189,7 @@ def test_leaving_releases_only_the_threads_the_client_resumed(ray_cluster: str, 
     first = recs[0]
     with forward(ray_cluster, first["id"]) as port:
         async def one_client() -> None:
-            client, paused = await _attach(port)
+            client, paused = await attach_paused_threads(port, targets.line_of("threaded"))
             assert sorted(paused) == [base, base + 1]
             await client.continue_(paused[base])
             done, _ = await asyncio.get_running_loop().run_in_executor(
