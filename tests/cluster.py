@@ -150,6 +150,20 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
+def _forget_ray_auth_state() -> None:
+    """Make Ray read RAY_AUTH_MODE and the token anew in this process.
+
+    Ray caches both per process (its config and its token loader) and refreshes them
+    only when it turns token auth on itself: after a test cluster with
+    RAY_AUTH_MODE=disabled (or another HOME), the next one would start with token auth
+    while this driver still talks without a token ("InvalidAuthToken", seen in CI).
+    """
+    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+
+    Config.initialize("")
+    AuthenticationTokenLoader.instance().reset_cache()
+
+
 @dataclass
 class Cluster:
     """A Ray cluster with raydbg active: `start()` the head, `add_node()` more raylets, `shutdown()`.
@@ -189,6 +203,7 @@ class Cluster:
         os.environ.pop("RAY_ADDRESS", None)
         for module in self.by_value:
             cloudpickle.register_pickle_by_value(module)
+        _forget_ray_auth_state()
         kwargs: dict[str, Any] = {"_system_config": self.system_config} if self.system_config else {}
         # "local": always a new cluster; a plain ray.init() would join whatever cluster a
         # `ray start` on this machine last wrote into /tmp/ray/ray_current_cluster.
