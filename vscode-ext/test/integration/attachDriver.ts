@@ -89,6 +89,12 @@ async function main(): Promise<void> {
   await Promise.all([forwarder.close(), bad.close()]);
   controller.dispose();
   emit("closed", { connections: forwarder.connections });
+  // Everything is closed, so the process should end by itself. Once in CI (2026-12-02) it
+  // did not within 30 s: name what still holds the event loop, then end.
+  setTimeout(() => {
+    process.stderr.write(`attachDriver: still alive 10 s after closing: ${JSON.stringify(process.getActiveResourcesInfo())}\n`);
+    process.exit(0);
+  }, 10_000).unref();
 }
 
 main().catch((e: unknown) => {
