@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from raydbg.private_dir import UnsafeDirError, open_private, private_dir
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the previous one
@@ -110,16 +112,6 @@ def done() -> None:
         pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
     """Every live worker's last beat on this node; records of dead pids are removed."""
     try:
@@ -132,7 +124,7 @@ def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
         if not name.isdigit():
             continue
         path = directory / name
-        if not _alive(int(name)):
+        if not psutil.pid_exists(int(name)):
             try:
                 os.unlink(path)
             except OSError:
