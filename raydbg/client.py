@@ -105,15 +105,23 @@ class Gateway:
     async def get(self, path: str, timeout: float = 10.0) -> Any:
         return await self.request("GET", path, timeout)
 
-    async def post(self, path: str, timeout: float = 10.0) -> Any:
-        return await self.request("POST", path, timeout)
+    async def post(self, path: str, timeout: float = 10.0, body: Any = None) -> Any:
+        return await self.request("POST", path, timeout, body)
 
-    async def request(self, method: str, path: str, timeout: float = 10.0) -> Any:
+    async def put(self, path: str, body: Any = None, timeout: float = 10.0) -> Any:
+        return await self.request("PUT", path, timeout, body)
+
+    async def delete(self, path: str, timeout: float = 10.0) -> Any:
+        return await self.request("DELETE", path, timeout)
+
+    async def request(self, method: str, path: str, timeout: float = 10.0, body: Any = None) -> Any:
+        """One call; `body`, when given, is sent as JSON. An HTTP error is a GatewayError with the gateway's line."""
         try:
             async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout)) as http:
-                async with http.request(method, self.url(path), headers=self.headers) as resp:
+                async with http.request(method, self.url(path), headers=self.headers,
+                                        json=body) as resp:
                     try:
-                        body = await resp.json(content_type=None)
+                        answer = await resp.json(content_type=None)
                     except ValueError:
                         raise GatewayError(
                             f"{self.address} answered {resp.status} with something that is not JSON: "
@@ -122,8 +130,8 @@ class Gateway:
                     if resp.status == 401:
                         raise GatewayError(f"the gateway at {self.address} refused the token: check RAYDBG_TOKEN / --token-file")
                     if resp.status >= 400:
-                        raise GatewayError(str(body.get("error") if isinstance(body, dict) else body))
-                    return body
+                        raise GatewayError(str(answer.get("error") if isinstance(answer, dict) else answer))
+                    return answer
         except aiohttp.ClientConnectorError:
             raise GatewayError(f"cannot connect to the raydbg gateway at {self.address}: is `raydbg up` running?") from None
         except (aiohttp.ClientError, TimeoutError) as exc:
