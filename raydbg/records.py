@@ -40,6 +40,7 @@ class SessionRecord:
     train_local_rank: int | None = None
     train_world_size: int | None = None
     group: str | None = None  # pause group (pause-all): run + file + line + occurrence
+    breakpoint_id: str | None = None  # the armed breakpoint (raydbg break add) that paused it
     exception: dict[str, str] | None = None
     since: float = field(default_factory=time.time)
     state: str = "starting"

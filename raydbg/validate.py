@@ -169,6 +169,7 @@ SESSION: Schema = {
     "train_local_rank": (_RANK, False, None),
     "train_world_size": (optional(integer(1, 2**31 - 1)), False, None),
     "group": (_OPT_TEXT, False, None),
+    "breakpoint_id": (_OPT_ID, False, None),
     "exception": (optional(exception), False, None),
     "since": (number, False, 0.0),
     "state": (one_of(*_SESSION_STATES), False, "starting"),
