@@ -286,8 +286,14 @@ def _register_gang(sub: Any) -> None:
     register(sub)
 
 
+def _register_breakpoints(sub: Any) -> None:
+    from raydbg.breakpoints.cli import register  # break add|list|rm
+
+    register(sub)
+
+
 REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui, _register_gang_train,
-                               _register_gang]
+                               _register_gang, _register_breakpoints]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -111,6 +111,9 @@ class AgentServer:
 
         app.add_routes(routes.routes(self))  # stacks: this node's, and the cluster's on the gateway
         train_api.register(self, app)  # continue, pause groups, progress; the gateway's hang detector
+        from raydbg.breakpoints import api as breakpoints_api
+
+        breakpoints_api.register(self, app)  # armed breakpoints: list, add, remove, replace an owner's
         return app
 
     # --- JSON API -------------------------------------------------------------

@@ -1,0 +1,101 @@
+"""The gateway's breakpoint routes (token-checked by the agent's middleware like every /api/v1 route).
+
+  GET    /api/v1/breakpoints[?job=J]            {"breakpoints": [...]}: J's and every job's
+  POST   /api/v1/breakpoints                    one Breakpoint from {"file", "line", "job"?, "condition"?,
+                                                "hit_limit"?, "owner"?}; bad input: 400 {"error"}
+  DELETE /api/v1/breakpoints/{id}               {"removed": id}; unknown: 404
+  PUT    /api/v1/breakpoints?owner=O[&job=J]    {"breakpoints": [...]} replaces all of (O, J) at once
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from aiohttp import web
+
+from raydbg import validate
+from raydbg.breakpoints import model, store
+
+MAX_PUT = 1000
+
+
+async def _blocking(fn: Any, *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+
+
+def _error(message: str, status: int = 400) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def _json(request: web.Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        raise model.BadBreakpoint("the body must be JSON") from None
+
+
+def _job(request: web.Request) -> str | None:
+    job = request.query.get("job") or None
+    if job is not None and not validate.is_id(job):
+        raise model.BadBreakpoint("job must be an id (letters, digits, '_', '.', '-')")
+    return job
+
+
+def _listed(bps: list[model.Breakpoint]) -> dict[str, Any]:
+    return {"breakpoints": store.listing(bps)}
+
+
+def register(server: Any, app: web.Application) -> None:
+    async def list_all(request: web.Request) -> web.Response:
+        try:
+            job = _job(request)
+        except model.BadBreakpoint as exc:
+            return _error(str(exc))
+
+        def read() -> dict[str, Any]:
+            return _listed([bp for bp in store.load() if model.in_scope(bp, job)])
+
+        return web.json_response(await _blocking(read))
+
+    async def add(request: web.Request) -> web.Response:
+        try:
+            body = await _json(request)
+            bp = model.checked(body, owner=body.get("owner") if isinstance(body, dict) else None,
+                               job=body.get("job") if isinstance(body, dict) else None)
+        except model.BadBreakpoint as exc:
+            return _error(str(exc))
+        await _blocking(store.add, bp)
+        return web.json_response(model.public(bp))
+
+    async def remove(request: web.Request) -> web.Response:
+        bp_id = request.match_info["id"]
+        if not validate.is_id(bp_id) or not await _blocking(store.remove, bp_id):
+            return _error(f"no breakpoint {validate.escape(bp_id, 64)}", 404)
+        return web.json_response({"removed": bp_id})
+
+    async def replace(request: web.Request) -> web.Response:
+        try:
+            owner = model.ident(request.query.get("owner"), "owner")
+            if owner is None:
+                raise model.BadBreakpoint("PUT needs ?owner=NAME (whose breakpoints it replaces)")
+            job = _job(request)
+            body = await _json(request)
+            items = body.get("breakpoints") if isinstance(body, dict) else None
+            if not isinstance(items, list) or len(items) > MAX_PUT:
+                raise model.BadBreakpoint(f'the body must be {{"breakpoints": [...]}} with at most {MAX_PUT}')
+            wanted = [model.checked(item, owner=owner, job=job) for item in items]
+        except model.BadBreakpoint as exc:
+            return _error(str(exc))
+
+        def write() -> dict[str, Any]:
+            return _listed(store.replace(owner, job, wanted))
+
+        return web.json_response(await _blocking(write))
+
+    app.add_routes([
+        web.get("/api/v1/breakpoints", list_all),
+        web.post("/api/v1/breakpoints", add),
+        web.put("/api/v1/breakpoints", replace),
+        web.delete("/api/v1/breakpoints/{id}", remove),
+    ])

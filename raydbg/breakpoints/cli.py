@@ -1,0 +1,131 @@
+"""`raydbg break add FILE:LINE | list | rm ID|--all`: armed breakpoints through the gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import urllib.parse
+from typing import Any
+
+from raydbg.breakpoints import model
+from raydbg.client import Gateway
+
+PY311_NOTE = ("note: workers on Python 3.11 arm breakpoints only with RAYDBG_BREAK_PY311=1 in the job's "
+              "environment (a settrace fallback that slows every call; 3.12+ arms at no measurable cost)")
+
+
+def _gateway(args: argparse.Namespace) -> Gateway:
+    return Gateway.discover(args.address, args.token_file)
+
+
+def _query(job: str | None) -> str:
+    return "?" + urllib.parse.urlencode({"job": job}) if job else ""
+
+
+def where(bp: dict[str, Any]) -> str:
+    return f"{bp['file']}:{bp['line']}"
+
+
+def describe(bp: dict[str, Any]) -> str:
+    job = bp.get("job") or "every job"
+    cond = f" if {bp['condition']}" if bp.get("condition") else ""
+    return f"{bp['id']} {where(bp)} ({job}{cond}; at most {bp['hit_limit']} paused at once)"
+
+
+def cmd_add(args: argparse.Namespace) -> int:
+    from raydbg.cli import UserError
+
+    try:
+        path, line = model.parse_spec(args.spec)
+    except model.BadBreakpoint as exc:
+        raise UserError(str(exc)) from None
+    body = {"file": model.cli_path(path, os.getcwd()), "line": line, "job": args.job,
+            "condition": args.condition, "hit_limit": args.hit_limit, "owner": "cli"}
+    bp = asyncio.run(_gateway(args).post("/api/v1/breakpoints", body=body))
+    if args.json:
+        print(json.dumps(bp, indent=2, sort_keys=True))
+    else:
+        print(f"armed {describe(bp)}")
+        if not os.path.isabs(bp["file"]):
+            print(f"  (a relative path: it matches any worker file ending in /{bp['file']})")
+    if sys.version_info < (3, 12):
+        print(PY311_NOTE, file=sys.stderr)
+    return 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    bps = asyncio.run(_gateway(args).get("/api/v1/breakpoints" + _query(args.job)))["breakpoints"]
+    if args.json:
+        print(json.dumps(bps, indent=2, sort_keys=True))
+        return 0
+    if not bps:
+        print("no armed breakpoints")
+        return 0
+    from raydbg import table_layout
+
+    rows = [(bp["id"], where(bp), bp.get("job") or "*", bp.get("condition") or "", str(bp["hits"]),
+             f"{bp['paused']}/{bp['hit_limit']}", bp.get("owner", ""), bp.get("error") or "")
+            for bp in bps]
+    import shutil
+
+    width = shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+    for line in table_layout.render(("id", "where", "job", "condition", "hits", "paused", "owner", "error"),
+                                    rows, width, drop_order=("owner", "error", "condition", "job", "hits"),
+                                    never_cut=("id",)):
+        print(line)
+    return 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    from raydbg.cli import UserError
+
+    gw = _gateway(args)
+    if args.all == bool(args.id):
+        raise UserError("give a breakpoint id or --all (see `raydbg break list`)")
+
+    async def remove() -> list[str]:
+        if not args.all:
+            return [str((await gw.delete(f"/api/v1/breakpoints/{urllib.parse.quote(args.id, safe='')}"))
+                        ["removed"])]
+        bps = (await gw.get("/api/v1/breakpoints" + _query(args.job)))["breakpoints"]
+        if args.job:  # --all --job J: that job's only, not those armed for every job
+            bps = [bp for bp in bps if bp.get("job") == args.job]
+        return [str((await gw.delete(f"/api/v1/breakpoints/{bp['id']}"))["removed"]) for bp in bps]
+
+    removed = asyncio.run(remove())
+    print(f"removed {len(removed)} breakpoint(s)" + (f": {' '.join(removed)}" if removed else ""))
+    return 0
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
+    p.add_argument("--token-file", help="file holding the raydbg token")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("break", help="breakpoints armed in every worker of a job, without code changes")
+    verbs = p.add_subparsers(dest="verb", required=True)
+    a = verbs.add_parser("add", help="arm FILE:LINE in every raydbg-activated worker (of --job, else all)")
+    a.add_argument("spec", metavar="FILE:LINE")
+    a.add_argument("--job", help="a Ray job id (as `raydbg list` shows); default: every job")
+    a.add_argument("--condition", help="pause only when this Python expression is true in that frame")
+    a.add_argument("--hit-limit", type=int, default=None,
+                   help=f"threads paused there at once, cluster-wide (default {model.DEFAULT_HIT_LIMIT}); "
+                        "later hits count and run on")
+    a.add_argument("--json", action="store_true")
+    _common(a)
+    a.set_defaults(fn=cmd_add)
+    ls = verbs.add_parser("list", help="armed breakpoints with their hits and paused threads")
+    ls.add_argument("--job", help="that job's and those for every job")
+    ls.add_argument("--json", action="store_true")
+    _common(ls)
+    ls.set_defaults(fn=cmd_list)
+    r = verbs.add_parser("rm", help="disarm a breakpoint (or --all)")
+    r.add_argument("id", nargs="?")
+    r.add_argument("--all", action="store_true", help="every breakpoint (of --job, if given)")
+    r.add_argument("--job")
+    _common(r)
+    r.set_defaults(fn=cmd_rm)
