@@ -207,6 +207,7 @@ GATEWAY: Schema = {
     "node_id": (text(), False, ""),
     "pid": (optional(_PID), False, None),
     "version": (text(64), False, ""),
+    "gcs_address": (text(256), False, ""),
 }
 
 

@@ -37,6 +37,7 @@ class NodeAgent:
         self.node_id = node_id
         self.is_head = is_head
         self.node_ip = ray.util.get_node_ip_address()
+        self.gcs_address = ray.get_runtime_context().gcs_address
         self.token = agent_token(is_head)
         self.server = AgentServer(
             node_id, self.node_ip, self.token, is_head, nodes_fn=nodes.cluster_nodes if is_head else None
@@ -90,6 +91,8 @@ class NodeAgent:
                 "node_id": self.node_id,
                 "pid": os.getpid(),
                 "version": raydbg.__version__,
+                # lets a local client given RAY_ADDRESS use the gateway file, without importing Ray
+                "gcs_address": self.gcs_address,
             }
             registry.put(registry.GATEWAY, gateway)
             _write_gateway_file(gateway)
