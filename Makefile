@@ -28,7 +28,7 @@ vscode-test:
 
 # npm ci first: the Python tests of the extension need its node_modules.
 test: $(STAMP) lint vscode-test
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q --durations=20 tests
 
 clean:
 	rm -rf $(VENV)
