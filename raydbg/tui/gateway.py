@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any, Protocol
+from urllib.parse import quote, urlencode
 
 from raydbg.client import Gateway, GatewayError
 from raydbg.dap import DapConnectionLost, open_websocket
@@ -34,6 +35,17 @@ class HttpGateway(Gateway):
         from raydbg.gang.cli import stacks_path
 
         return dict(await self.get(stacks_path(job, run, False), timeout=60.0))
+
+    async def breakpoints(self, job: str | None = None) -> list[dict[str, Any]]:
+        """Armed breakpoints (with ``job``: that job's and every job's)."""
+        path = "/api/v1/breakpoints" + (f"?{urlencode({'job': job})}" if job else "")
+        answer = await self.get(path)
+        if not isinstance(answer, dict) or not isinstance(answer.get("breakpoints"), list):
+            raise GatewayError(f"{self.address} sent no list of breakpoints: is it a raydbg gateway of this version?")
+        return [b for b in answer["breakpoints"] if isinstance(b, dict)]
+
+    async def remove_breakpoint(self, bid: str) -> None:
+        await self.delete(f"/api/v1/breakpoints/{quote(bid, safe='')}")
 
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]:
         try:

@@ -14,6 +14,8 @@ KEYS = [
     ("Sessions", "/", "filter sessions (Esc clears)"),
     ("Events", "Enter", "show why (the event's details)"),
     ("Main", "g", "gang view: stack classes of a Train run or job"),
+    ("Main", "b", "armed breakpoints, per job"),
+    ("Breakpoints", "x / X", "remove one / all of its job"),
     ("Debug", "c", "continue"),
     ("Debug", "n", "next line (step over)"),
     ("Debug", "s", "step in"),

@@ -24,6 +24,7 @@ class MainScreen(Screen[None]):
     BINDINGS = [
         Binding("slash", "filter", "Filter"),
         Binding("g", "gang", "Gang view", show=False),  # listed in help (?); the footer is full at 80 columns
+        Binding("b", "breakpoints", "Breakpoints", show=False),
         Binding("tab", "app.focus_next", "Next pane", show=True),
         Binding("shift+tab", "app.focus_previous", "Prev pane", show=False),
     ]
@@ -75,6 +76,11 @@ class MainScreen(Screen[None]):
         from raydbg.tui.gang_view import GangScreen
 
         self.app.push_screen(GangScreen(self.gateway))  # type: ignore[arg-type]
+
+    def action_breakpoints(self) -> None:
+        from raydbg.tui.breakpoints_view import BreakpointsScreen
+
+        self.app.push_screen(BreakpointsScreen(self.gateway, self.refresh_interval))  # type: ignore[arg-type]
 
     def action_filter(self) -> None:
         self.query_one(SessionsPane).action_filter()

@@ -67,3 +67,19 @@ class FrameSelected(Message):
 @dataclass
 class EvaluateRequested(Message):
     expression: str
+
+
+@dataclass
+class BreakpointsUpdated(Message):
+    """A fresh `GET /api/v1/breakpoints` list (every job's)."""
+
+    breakpoints: list[dict[str, Any]]
+
+
+@dataclass
+class BreakpointsRemoved(Message):
+    """Breakpoints the gateway removed; ``error`` is one line when a removal failed (the rest were not tried)."""
+
+    removed: list[str]
+    what: str
+    error: str

@@ -21,8 +21,10 @@ REASON = SESSION_COLUMNS.index("reason")
 
 
 def with_gang(row: tuple[str, ...], rec: dict[str, Any], held: list[dict[str, Any]] | None) -> tuple[str, ...]:
-    """The reason cell also says the pause group and the ranks this paused rank holds."""
+    """The reason cell also says the armed breakpoint, the pause group and the ranks this paused rank holds."""
     extra = []
+    if rec.get("breakpoint_id"):
+        extra.append(f"bp {rec['breakpoint_id']}")
     if rec.get("group"):
         extra.append(f"group {rec['group']}")
     if held:
