@@ -19,12 +19,13 @@ import pytest
 import ray
 import tui_targets
 from cluster import ENV, Cluster
+from e2e.conftest import inspect_paused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raydbg import registry
 from raydbg.client import Gateway
-from raydbg.dap import attach_session, open_websocket
+from raydbg.dap import open_websocket
 
 pytestmark = pytest.mark.e2e
 
@@ -272,23 +273,15 @@ def test_a_message_over_the_dap_cap_is_refused(cluster: tuple[Cluster, Gateway],
         aiohttp.WSCloseCode.MESSAGE_TOO_BIG, aiohttp.WSCloseCode.ABNORMAL_CLOSURE)
 
 
-async def good_attach(gw: Gateway, sid: str) -> dict[str, str]:
-    reader, writer = await open_websocket(gw.url(f"/api/v1/sessions/{sid}/dap"), gw.token)
-    client, stopped = await attach_session(reader, writer, timeout=30)
-    thread = stopped["body"]["threadId"]
-    top = (await client.stack_trace(thread))[0]
-    scopes = await client.scopes(top["id"])
-    local = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
-    await client.continue_(thread)
-    await client.disconnect()
-    await client.close()
-    return local
-
-
 def test_after_all_that_a_good_client_attaches_and_the_task_finishes(
         cluster: tuple[Cluster, Gateway], paused: dict[str, Any]) -> None:
-    local = asyncio.run(good_attach(cluster[1], paused["id"]))
-    assert local["scaled"] == "[10, 20, 30]"
+    gw = cluster[1]
+
+    async def good_attach() -> Any:
+        streams = await open_websocket(gw.url(f"/api/v1/sessions/{paused['id']}/dap"), gw.token)
+        return (await inspect_paused(*streams, "scaled"))["value"]
+
+    assert asyncio.run(good_attach()) == "[10, 20, 30]"
     assert ray.get(paused["ref"], timeout=60) == 70
     status, body = asyncio.run(get(cluster[1], "/api/v1/status"))
     assert status == 200 and body["refused"].get("malformed", 0) > 0  # the raw-bytes fuzz was counted

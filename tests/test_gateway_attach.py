@@ -21,10 +21,11 @@ import pytest
 import ray
 import tui_targets
 from cluster import ENV, REPO, Cluster
+from e2e.conftest import inspect_paused
 
 from raydbg import registry
 from raydbg.client import Gateway
-from raydbg.dap import DapConnectionLost, attach_session, open_websocket
+from raydbg.dap import DapConnectionLost, open_websocket
 
 pytestmark = pytest.mark.e2e
 
@@ -53,18 +54,6 @@ def paused(gw: Gateway, values: list[int], timeout: float = 90) -> tuple[Any, di
                 return ref, rec
         time.sleep(0.1)
     raise AssertionError("no attachable scaled_sum")
-
-
-async def inspect_and_continue(reader: Any, writer: Any) -> str:
-    client, stopped = await attach_session(reader, writer, timeout=30)
-    thread = stopped["body"]["threadId"]
-    top = (await client.stack_trace(thread))[0]
-    scopes = await client.scopes(top["id"])
-    local = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
-    await client.continue_(thread)
-    await client.disconnect()
-    await client.close()
-    return str(local["scaled"])
 
 
 class Listener:
@@ -138,7 +127,7 @@ def test_of_clients_racing_to_attach_exactly_one_wins(gateway: Gateway) -> None:
 
     async def scenario() -> tuple[int, list[str], str]:
         winners, losers = await race(gateway, rec["id"], 8)
-        scaled = await inspect_and_continue(*winners[0]) if len(winners) == 1 else ""
+        scaled = (await inspect_paused(*winners[0], "scaled"))["value"] if len(winners) == 1 else ""
         for _reader, writer in winners[1:]:
             writer.close()
         return len(winners), losers, scaled
@@ -201,7 +190,8 @@ def test_a_client_that_vanishes_frees_the_session_within_the_heartbeat_bound(gat
         proc.wait(10)
 
     async def attach_again() -> str:
-        return await inspect_and_continue(*await open_websocket(relay_url(gateway, rec["id"]), gateway.token))
+        streams = await open_websocket(relay_url(gateway, rec["id"]), gateway.token)
+        return str((await inspect_paused(*streams, "scaled"))["value"])
 
     assert asyncio.run(attach_again()) == "[20, 30]"
     assert ray.get(ref, timeout=60) == 60

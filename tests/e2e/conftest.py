@@ -17,15 +17,6 @@ from cluster import RAYDBG, REPO, Cluster
 __all__ = ["RAYDBG", "REPO", "Cluster"]
 
 
-def start_cluster(num_cpus: int = 4, **env: str) -> str:
-    """ray.init with raydbg active (RAY_DEBUG=1 in the driver's environment); returns GCS address.
-
-    The caller ends it with ray.shutdown(); the `ray_cluster` fixture and tests/cluster.py's
-    Cluster also restore the environment and stop any extra raylets.
-    """
-    return Cluster(num_cpus=num_cpus, env=dict(env)).start()
-
-
 def cli_env(gcs_address: str) -> dict[str, str]:
     env = dict(os.environ)
     env["RAY_ADDRESS"] = gcs_address
@@ -97,10 +88,17 @@ def forward(gcs_address: str, sid: str) -> Iterator[int]:
 async def attach_and_inspect(port: int, variable: str, expression: str | None = None,
                              resume: bool = True) -> dict[str, Any]:
     """Attach through a forward port; return top frame, the variable's value, evaluation."""
-    from raydbg.dap.session import attach_session
     from raydbg.dap.transport import open_tcp
 
-    reader, writer = await open_tcp("127.0.0.1", port)
+    return await inspect_paused(*await open_tcp("127.0.0.1", port), variable, expression, resume)
+
+
+async def inspect_paused(reader: Any, writer: Any, variable: str | None = None,
+                         expression: str | None = None, resume: bool = True) -> dict[str, Any]:
+    """Attach over a DAP stream; top frame, its locals ("variables"), `variable`'s value, the evaluation.
+    resume: continue and disconnect; else the client is in the result, still attached."""
+    from raydbg.dap.session import attach_session
+
     client, stopped = await attach_session(reader, writer, timeout=30)
     thread_id = stopped["body"]["threadId"]
     frames = await client.stack_trace(thread_id)
@@ -109,7 +107,7 @@ async def attach_and_inspect(port: int, variable: str, expression: str | None = 
     local_ref = scopes[0]["variablesReference"]
     variables = {v["name"]: v["value"] for v in await client.variables(local_ref)}
     result: dict[str, Any] = {
-        "top": top, "value": variables.get(variable), "stopped": stopped, "variables": variables,
+        "top": top, "value": variables.get(variable or ""), "stopped": stopped, "variables": variables,
     }
     if expression:
         result["evaluated"] = (await client.evaluate(expression, top["id"]))["result"]

@@ -4,13 +4,13 @@ an ambiguous or unknown one is a one-line error (real cluster, real debugpy, the
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import ray
+from cluster import Cluster
 
 from e2e import targets
 from e2e.conftest import (
@@ -18,7 +18,6 @@ from e2e.conftest import (
     forward,
     gateway,
     raydbg_cli,
-    start_cluster,
     wait_for_session,
 )
 from raydbg.session_ids import IdError, resolve
@@ -30,11 +29,8 @@ LONG = "preprocess_" + "laion_aesthetic_6plus_shard_" * 4
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    address = start_cluster(RAYDBG_WAIT_TIMEOUT="300")
-    yield address
-    ray.shutdown()
-    for name in ("RAY_DEBUG", "RAYDBG_WAIT_TIMEOUT"):
-        os.environ.pop(name, None)
+    with Cluster(env={"RAYDBG_WAIT_TIMEOUT": "300"}) as running:
+        yield running.address
 
 
 def _shortest_unique(sid: str, ids: list[str]) -> str:

@@ -19,6 +19,7 @@ import aiohttp
 import psutil
 import pytest
 import ray
+from cluster import Cluster
 
 from e2e import targets
 from e2e.conftest import (
@@ -27,7 +28,6 @@ from e2e.conftest import (
     forward,
     gateway,
     raydbg_cli,
-    start_cluster,
     wait_for_session,
     wait_gone,
 )
@@ -37,11 +37,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[str]:
-    address = start_cluster(RAYDBG_WAIT_TIMEOUT="120")
-    yield address
-    ray.shutdown()
-    for name in ("RAY_DEBUG", "RAYDBG_WAIT_TIMEOUT"):
-        os.environ.pop(name, None)
+    with Cluster(env={"RAYDBG_WAIT_TIMEOUT": "120"}) as running:
+        yield running.address
 
 
 def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> None:
@@ -178,6 +175,7 @@ def test_cli_errors_are_one_line(cluster: str) -> None:
 
 JOB = """
 import os, ray
+from cluster import Cluster
 from e2e import targets
 ray.init(address=os.environ["GCS"], runtime_env={"worker_process_setup_hook": targets.setup_hook_marker})
 print("HOOKS", ray.get(ray.remote(targets.user_hook_ran).remote()),
