@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from types import FrameType, TracebackType
 from typing import Any
 
@@ -22,6 +23,8 @@ _door: debug_socket.Door | None = None
 _open_pauses = 0
 _tracing = False
 _paused_threads: set[int] = set()
+# Called after every thread was untraced (raydbg's 3.11 breakpoint layer puts its tracer back).
+AFTER_UNTRACE: list[Callable[[], None]] = []
 
 
 class _Resumes:
@@ -199,6 +202,11 @@ def _untrace_all() -> None:
             frame.f_trace = None
             frame = frame.f_back
     _tracing = False
+    for fn in AFTER_UNTRACE:
+        try:
+            fn()
+        except Exception:
+            log.exception("raydbg: after-untrace hook failed")
 
 
 def _watch() -> None:

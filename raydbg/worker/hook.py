@@ -65,6 +65,9 @@ def setup_hook() -> None:
         from raydbg.worker import train
 
         train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
+        from raydbg.breakpoints import worker as armed_breakpoints
+
+        armed_breakpoints.worker_setup()  # `raydbg break add`: arms now, then polls one KV key
         from raydbg.telemetry.ray_tracing import trace_tasks_requested
 
         if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":

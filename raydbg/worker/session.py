@@ -83,9 +83,14 @@ def _publish(rec: SessionRecord) -> None:
     registry.put(registry.SESSION + rec.id, rec.to_json())
 
 
-def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None) -> bool:
-    """Pause this thread at `frame` for a remote client; False if nobody came in time."""
+def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None,
+          breakpoint_id: str | None = None) -> bool:
+    """Pause this thread at `frame` for a remote client; False if nobody came in time.
+
+    `breakpoint_id`: the armed breakpoint (raydbg break add) this pause is for, if any.
+    """
     rec = build_record(frame, reason, exc_info)
+    rec.breakpoint_id = breakpoint_id
     train.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started
     from raydbg.agent.lifecycle import ensure_agents_soon

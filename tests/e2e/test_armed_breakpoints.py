@@ -1,0 +1,174 @@
+"""Armed breakpoints in real Ray workers (no breakpoint() in the code): pause, hit limit, attach, continue,
+workers started later, disarm, conditions, one job's breakpoints untouched by another job.
+
+On Python 3.11 the workers arm through the settrace fallback (RAYDBG_BREAK_PY311=1, set
+here); on 3.12+ through raydbg's sys.monitoring tool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import ray
+from cluster import ENV, REPO, Cluster
+
+from e2e import armed_targets as t
+from e2e.conftest import attach_and_inspect, forward, wait_for_session
+
+pytestmark = pytest.mark.e2e
+
+ARMED = t.line_of("armed")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    env = {**ENV, "RAYDBG_BREAK_PY311": "1"}
+    with Cluster(num_cpus=4, env=env, by_value=(t,)) as c:
+        c.up()
+        yield c
+
+
+@pytest.fixture
+def gw(cluster: Cluster) -> Iterator[Any]:
+    from raydbg.client import Gateway
+
+    os.environ["RAY_ADDRESS"] = cluster.address
+    gw = Gateway.discover()
+    yield gw
+    asyncio.run(_remove_all(gw))  # no test leaves anything armed for the next
+
+
+async def _remove_all(gw: Any) -> None:
+    for bp in (await gw.get("/api/v1/breakpoints"))["breakpoints"]:
+        await gw.delete(f"/api/v1/breakpoints/{bp['id']}")
+
+
+def job_id() -> str:
+    return str(ray.get_runtime_context().get_job_id())
+
+
+def arm(gw: Any, **body: Any) -> dict[str, Any]:
+    return dict(asyncio.run(gw.post("/api/v1/breakpoints", body={"file": t.FILE, "line": ARMED, **body})))
+
+
+def listed(gw: Any) -> dict[str, dict[str, Any]]:
+    return {bp["id"]: bp for bp in asyncio.run(gw.get("/api/v1/breakpoints"))["breakpoints"]}
+
+
+def sessions_of(gw: Any, bp_id: str) -> list[dict[str, Any]]:
+    return [r for r in asyncio.run(gw.sessions()) if r.get("breakpoint_id") == bp_id]
+
+
+def resume(gw: Any, sid: str) -> None:
+    asyncio.run(gw.post(f"/api/v1/sessions/{sid}/continue"))
+
+
+def wait_until(check: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"{what} within {timeout}s")
+
+
+def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster, gw: Any) -> None:
+    out = cluster.cli("break", "add", f"{t.FILE}:{ARMED}", "--job", job_id(), "--hit-limit", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    bp = json.loads(out.stdout)
+    assert (bp["line"], bp["hit_limit"], bp["job"], bp["owner"]) == (ARMED, 2, job_id(), "cli")
+    if sys.version_info < (3, 12):
+        assert "RAYDBG_BREAK_PY311=1" in out.stderr
+    task = ray.remote(num_cpus=0.5)(t.slow_scaled)
+    refs = [task.remote(n) for n in range(5)]
+    paused = wait_until(lambda: len(sessions_of(gw, bp["id"])) == 2 and sessions_of(gw, bp["id"]), 90,
+                        "two tasks paused at the armed line")
+    done, pending = ray.wait(refs, num_returns=3, timeout=90)
+    assert len(done) == 3 and len(pending) == 2  # the rest ran on past the breakpoint
+    time.sleep(1.5)
+    assert len(sessions_of(gw, bp["id"])) == 2  # and no third pause came meanwhile
+    row = wait_until(lambda: (b := listed(gw)[bp["id"]])["hits"] == 5 and b, 10, "5 hits counted")
+    assert row["paused"] == 2
+    rec = wait_for_session(gw, id=paused[0]["id"])
+    assert (rec["line"], rec["function"], rec["reason"]) == (ARMED, "scaled", "breakpoint")
+    with forward(cluster.address, rec["id"]) as port:
+        seen = asyncio.run(attach_and_inspect(port, "local_value"))
+    assert seen["top"]["line"] == ARMED and int(seen["value"]) % 10 == 0
+    resume(gw, paused[1]["id"])
+    assert ray.get(refs, timeout=60) == [n * 10 + 1 for n in range(5)]
+    listing = cluster.cli("break", "list")
+    assert listing.returncode == 0 and bp["id"] in listing.stdout and "2/2" not in listing.stdout
+
+
+def test_arming_reaches_running_and_later_workers_rm_disarms_conditions(cluster: Cluster, gw: Any) -> None:
+    early = ray.remote(t.Keeper).remote()
+    ray.get(early.pid.remote(), timeout=60)  # a worker that was running before the arming
+    bp = arm(gw, job=job_id())
+    time.sleep(1.0)  # the promise: armed in every worker within a second
+    ref = early.call.remote(7)
+    rec = wait_for_session(gw, breakpoint_id=bp["id"], timeout=30)
+    assert rec["line"] == ARMED
+    resume(gw, rec["id"])
+    assert ray.get(ref, timeout=60) == 71
+    late = ray.remote(t.Keeper).remote()  # a worker that starts after the arming
+    late_pid = ray.get(late.pid.remote(), timeout=60)
+    ref = late.call.remote(8)
+    rec = wait_for_session(gw, breakpoint_id=bp["id"], timeout=60)
+    assert rec["pid"] == late_pid != ray.get(early.pid.remote(), timeout=30)
+    resume(gw, rec["id"])
+    assert ray.get(ref, timeout=60) == 81
+    out = cluster.cli("break", "rm", bp["id"])
+    assert out.returncode == 0 and bp["id"] in out.stdout, out.stderr
+    time.sleep(1.0)
+    assert ray.get([early.call.remote(9), late.call.remote(9)], timeout=30) == [91, 91]
+    never = arm(gw, job=job_id(), condition="n < 0")
+    when5 = arm(gw, job=job_id(), condition="n == 5")
+    time.sleep(1.0)
+    assert ray.get(early.call.remote(4), timeout=30) == 41  # both conditions false: no pause
+    ref = early.call.remote(5)
+    rec = wait_for_session(gw, breakpoint_id=when5["id"], timeout=30)
+    assert sessions_of(gw, never["id"]) == []
+    resume(gw, rec["id"])
+    assert ray.get(ref, timeout=60) == 51
+    rows = wait_until(lambda: (r := listed(gw))[when5["id"]]["hits"] == 1 and r, 10, "the hit counted")
+    assert rows[never["id"]]["hits"] == 0 and rows[never["id"]]["error"] is None
+
+
+JOB_B = """
+import ray, sys
+import armed_targets
+ray.init(address=sys.argv[1])
+print("JOB", ray.get_runtime_context().get_job_id(), flush=True)
+print("RESULT", ray.get(ray.remote(armed_targets.scaled).remote(2), timeout=120), flush=True)
+"""
+
+
+def test_arming_for_job_a_leaves_job_b_alone(cluster: Cluster, gw: Any) -> None:
+    bp = arm(gw, job=job_id())
+    env = {**os.environ, "RAY_DEBUG": "1", "RAYDBG_BREAK_PY311": "1",
+           "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO / "tests" / "e2e")])}
+    job = subprocess.Popen([sys.executable, "-c", textwrap.dedent(JOB_B), cluster.address], env=env,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        while job.poll() is None:
+            others = [r for r in asyncio.run(gw.sessions()) if r.get("job_id") != job_id()]
+            assert others == [], f"job B paused: {others}"
+            time.sleep(0.2)
+        output = job.communicate(timeout=10)[0]
+    finally:
+        job.kill()
+    assert "RESULT 21" in output, output
+    ref = ray.remote(t.scaled).remote(3)  # and in job A it is armed
+    rec = wait_for_session(gw, breakpoint_id=bp["id"], timeout=60)
+    resume(gw, rec["id"])
+    assert ray.get(ref, timeout=60) == 31
