@@ -120,3 +120,105 @@ def train_runs(timeout: float = 5.0) -> list[dict[str, Any]]:
             ],
         })
     return out
+
+
+# --- Ray's task tracing (ray/util/tracing/tracing_helper.py) -----------------------
+# With `_global_is_tracing_enabled` on, `.remote()` opens a PRODUCER span and puts the
+# injected context in a hidden `_ray_trace_ctx` keyword; a function first called while it
+# is on is pickled inside `_function_with_tracing`, which in the worker calls
+# `_get_opentelemetry()` (None unless the flag is on there too: every task then fails).
+# `_DictPropagator.inject_current_context()` builds the carrier; `_OpenTelemetryProxy`
+# imports OpenTelemetry on first attribute use. The cluster's tracing start-up hook is
+# `tracing_startup_hook` in GCS internal KV (namespace `ray_constants.KV_NAMESPACE_TRACING`).
+TRACING_HELPER_MODULE = "ray.util.tracing.tracing_helper"
+
+
+def enable_task_tracing(on_context: Callable[[], object] | None = None) -> None:
+    """Turn Ray's tracing flag on in this process, importing OpenTelemetry only when a traced
+    call first comes or goes. An empty context travels as None (the worker then runs the
+    function plainly: no consumer span, no import); `on_context()` runs before a call's
+    context is extracted here, so a worker can set telemetry up before Ray's span starts."""
+    import importlib
+
+    th: Any = importlib.import_module(TRACING_HELPER_MODULE)
+    if not th._global_is_tracing_enabled:
+        th._opentelemetry = th._OpenTelemetryProxy()  # lazy: no try_all() import here
+        th._global_is_tracing_enabled = True
+    propagator = th._DictPropagator
+    inject, extract = propagator.inject_current_context, propagator.extract
+    if getattr(inject, "_raydbg", False):
+        return
+
+    def inject_current_context() -> dict[str, Any] | None:
+        return inject() or None
+
+    def extract_context(context_dict: dict[str, Any]) -> Any:
+        if on_context is not None:
+            on_context()
+        return extract(context_dict)
+
+    inject_current_context._raydbg = True  # type: ignore[attr-defined]
+    propagator.inject_current_context = inject_current_context
+    propagator.extract = extract_context
+
+
+def task_tracing_enabled() -> bool:
+    """Whether `.remote()` calls from this process carry trace context (Ray's flag)."""
+    import sys
+
+    th = sys.modules.get(TRACING_HELPER_MODULE)
+    return bool(th is not None and th._is_tracing_enabled())
+
+
+def cluster_tracing_hook() -> str | None:
+    """The cluster's tracing start-up hook (`ray start --tracing-startup-hook`), if any."""
+    import ray
+    from ray._private import ray_constants
+
+    worker: Any = ray._private.worker.global_worker
+    try:
+        value = worker.gcs_client.internal_kv_get(
+            b"tracing_startup_hook", ray_constants.KV_NAMESPACE_TRACING
+        )
+    except Exception:
+        return None
+    return value.decode() if value else None
+
+
+def after_ray_init(fn: Callable[[], None]) -> None:
+    """Run `fn` once this driver connects (Ray's post-init hooks; idempotent)."""
+    import ray
+
+    hooks = ray._private.worker._post_init_hooks
+    if fn not in hooks:
+        hooks.append(fn)
+
+
+def worker_mode() -> str | None:
+    """`worker` or `driver` as Ray sees this process (set early in connect), else None."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        mode = ray._private.worker.global_worker.mode if ray is not None else None
+        if mode == ray._private.worker.WORKER_MODE:  # type: ignore[union-attr]
+            return "worker"
+        if mode == ray._private.worker.SCRIPT_MODE:  # type: ignore[union-attr]
+            return "driver"
+    except Exception:
+        pass
+    return None
+
+
+def session_dir() -> str | None:
+    """The connected node's Ray session directory, or None."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        node = ray._private.worker._global_node or getattr(  # type: ignore[union-attr]
+            ray._private.worker.global_worker, "node", None  # type: ignore[union-attr]
+        )
+        return str(node.get_session_dir_path()) if node is not None else None
+    except Exception:
+        return None

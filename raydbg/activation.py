@@ -45,6 +45,10 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
         out["worker_process_setup_hook"] = chain(user_hook)
     out["env_vars"] = env_vars
     install_driver_breakpoint()
+    from raydbg.telemetry import ray_tracing
+
+    # Before the job's first .remote(): trace context to its tasks (their hook takes it).
+    ray_tracing.activate_driver()
     if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":
         # The memory monitor spares non-retriable work only if it knows each task's budget.
         from raydbg.memory import gate

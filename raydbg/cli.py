@@ -100,6 +100,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         mon = agent.get("memory_monitor") or {"state": "unknown (an older agent)"}
         why = f": {mon['reason']}" if mon.get("reason") else ""
         print(f"    memory monitor: {mon.get('state')}{why}")
+        if agent.get("metrics_url"):
+            print(f"    metrics: {agent['metrics_url']} (bearer token: the same as for raydbg clients)")
     return 0
 
 

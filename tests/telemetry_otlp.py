@@ -224,12 +224,17 @@ RAY_DRIVER = textwrap.dedent(
 RAY_SPANS = {"test.driver.parent", "test.task.child", "test.actor.child"}
 
 
-def run_ray_driver(env: dict[str, str], seen: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
-    """Run RAY_DRIVER with `env` added; once it has printed `info`, wait (<= 30 s) until
-    `seen(info)`, then let it finish. Returns `info`."""
+def run_ray_driver(
+    env: dict[str, str],
+    seen: Callable[[dict[str, Any]], bool],
+    code: str = RAY_DRIVER,
+    args: tuple[str, ...] = (),
+) -> dict[str, Any]:
+    """Run `code` (RAY_DRIVER) with `env` added; once it has printed `info`, wait (<= 30 s)
+    until `seen(info)`, then let it finish. Returns `info`."""
     env = {**os.environ, "OTEL_BSP_SCHEDULE_DELAY": "200", **env}
     proc = subprocess.Popen(
-        [sys.executable, "-c", RAY_DRIVER],
+        [sys.executable, "-c", code, *args],
         env=env,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -129,7 +129,7 @@ class AgentServer:
             "ray_version": ray.__version__,
             "debugpy_version": debugpy.__version__,
             "gateway": (gateway or {}).get("address"),
-            "agents": agents,
+            "agents": [{**a, "metrics_url": prometheus.metrics_url(a)} for a in agents],
             "sessions": len(sessions),
             "refused": dict(self.refused),
             "relays": self.relays,

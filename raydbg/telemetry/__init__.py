@@ -10,26 +10,52 @@ Usage (see docs/telemetry.md for every span and metric name)::
         ...
     KILLS.add(1, reason="node_memory")
 
-Importing this package imports OpenTelemetry but never Ray, and connects nothing.
+Importing this package imports nothing heavy; the API imports OpenTelemetry on first use,
+never Ray, and connects nothing.
 """
 
 from __future__ import annotations
 
-from raydbg.telemetry.api import (
-    SECONDS_BUCKETS,
-    Counter,
-    Gauge,
-    Histogram,
-    UpDownCounter,
-    counter,
-    current_span,
-    gauge,
-    histogram,
-    span,
-    up_down_counter,
-)
-from raydbg.telemetry.provider import flush, setup, shutdown, stats
-from raydbg.telemetry.ray_tracing import ray_init_kwargs
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from raydbg.telemetry.api import (
+        SECONDS_BUCKETS,
+        Counter,
+        Gauge,
+        Histogram,
+        UpDownCounter,
+        counter,
+        current_span,
+        gauge,
+        histogram,
+        span,
+        up_down_counter,
+    )
+    from raydbg.telemetry.provider import flush, setup, shutdown, stats
+    from raydbg.telemetry.ray_tracing import ray_init_kwargs
+
+# Loaded on first use (PEP 562), so raydbg's worker hook can import `ray_tracing` and
+# `settings` without OpenTelemetry (~130 ms at a worker's start).
+_LAZY = {
+    **dict.fromkeys(
+        ("SECONDS_BUCKETS", "Counter", "Gauge", "Histogram", "UpDownCounter", "counter",
+         "current_span", "gauge", "histogram", "span", "up_down_counter"),
+        "api",
+    ),
+    **dict.fromkeys(("flush", "setup", "shutdown", "stats"), "provider"),
+    "ray_init_kwargs": "ray_tracing",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'raydbg.telemetry' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"raydbg.telemetry.{module}"), name)
+    globals()[name] = value  # later lookups are plain module attributes
+    return value
 
 
 def enabled() -> bool:

@@ -1,7 +1,8 @@
 """The small span/metric API the rest of raydbg calls: `span`, `counter`, `histogram`, `gauge`.
 
 Cheap when telemetry is off: every call first reads `provider.state.tracer` / `.meter`
-and returns at once when it is None. Instruments may be created at import time, before
+and returns at once when it is None. In a process nobody set up, the first call decides
+once (`provider.auto_setup`: on where raydbg is active). Instruments may be created at import time, before
 `setup()`; they bind to the real meter on first use after it. Thread-safe.
 """
 
@@ -20,7 +21,7 @@ from opentelemetry.trace import Status, StatusCode
 
 from raydbg.telemetry import light
 from raydbg.telemetry.light import LightTracer
-from raydbg.telemetry.provider import state
+from raydbg.telemetry.provider import auto_setup, state
 
 F = TypeVar("F", bound=Callable[..., Any])
 # Seconds buckets for `unit="s"` histograms: 1 ms .. 10 min (OTel's default is for ms).
@@ -101,7 +102,9 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
     def __enter__(self) -> trace.Span:
         tracer = state.tracer
         if tracer is None:
-            return _NOOP
+            if state.auto is not None or not auto_setup() or state.tracer is None:
+                return _NOOP
+            tracer = state.tracer
         attrs = _clean(self._attributes, self._attrs) if self._attributes or self._attrs else {}
         if type(tracer) is LightTracer:
             sp = tracer.start(self.name, attrs)
@@ -137,7 +140,7 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
 
         @functools.wraps(fn)
         def wrapper(*a: Any, **kw: Any) -> Any:
-            if state.tracer is None:
+            if state.tracer is None and state.auto is not None:
                 return fn(*a, **kw)
             with span(name, attributes, **attrs):
                 return fn(*a, **kw)
@@ -160,7 +163,7 @@ class _Instrument:
         self._gen = -1
 
     def _get(self) -> Any:
-        if state.meter is None:
+        if state.meter is None and (state.auto is not None or not auto_setup()):
             return None
         if self._gen != state.generation:
             with _lock:

@@ -16,12 +16,11 @@ import time
 import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar, Token
+from contextvars import Token
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.trace import (
     NonRecordingSpan,
     SpanContext,
@@ -31,22 +30,16 @@ from opentelemetry.trace import (
     TraceFlags,
     TraceState,
 )
-from opentelemetry.trace.propagation import _SPAN_KEY
 
 _NS = 1e-9
 _SAMPLED_RANDOM = TraceFlags.SAMPLED | TraceFlags.RANDOM_TRACE_ID
 _EMPTY_STATE = TraceState()
 _KIND_NAMES = {k: k.name.lower() for k in SpanKind}
-# OTel's default runtime context is one ContextVar holding a Context (a dict). Reading and
-# setting it directly saves half a dozen calls per span, which counts because spans run
-# with cold caches between model steps (measured: ~5x their cost in a tight loop). Any
-# other runtime context (OTEL_PYTHON_CONTEXT) goes through the public API.
-_runtime = otel_context._RUNTIME_CONTEXT
-_VAR: ContextVar[otel_context.Context] | None = (
-    _runtime._current_context if type(_runtime) is ContextVarsRuntimeContext else None
-)
 _getrandbits = random.getrandbits
 _time_ns = time.time_ns
+_get_current_span = trace.get_current_span
+_set_span_in_context = trace.set_span_in_context
+_attach, _detach = otel_context.attach, otel_context.detach
 
 
 class LightSpan(trace.Span):
@@ -195,27 +188,13 @@ class LightSpan(trace.Span):
         return f"LightSpan({self.name!r}, span_id={self.span_id:016x})"
 
 
-def _parent(context: otel_context.Context | None) -> Any:
-    if context is None and _VAR is not None:
-        return _VAR.get().get(_SPAN_KEY)
-    return trace.get_current_span(context)
-
-
 def attach(span: trace.Span) -> Token[otel_context.Context]:
-    """Make `span` the current span; returns the token for `detach`."""
-    if _VAR is None:
-        return otel_context.attach(trace.set_span_in_context(span))
-    return _VAR.set(otel_context.Context({**_VAR.get(), _SPAN_KEY: span}))
+    """Make `span` the current span (OpenTelemetry's public context API); token for `detach`."""
+    return _attach(_set_span_in_context(span))
 
 
 def detach(token: Token[otel_context.Context]) -> None:
-    if _VAR is None:
-        otel_context.detach(token)
-        return
-    try:
-        _VAR.reset(token)
-    except Exception:  # a token from another context: let OTel log it, as it would
-        otel_context.detach(token)
+    _detach(token)
 
 
 class LightTracer(trace.Tracer):
@@ -244,7 +223,7 @@ class LightTracer(trace.Tracer):
         start_time: int | None = None,
     ) -> trace.Span:
         """`start_span` for raydbg's API: takes ownership of `attrs` (no copy)."""
-        parent = _parent(context)
+        parent = _get_current_span(context)
         if type(parent) is LightSpan:  # the common case: no SpanContext to build or read
             trace_id, parent_id = parent.trace_id, parent.span_id
             flags, state = parent.flags, parent.trace_state

@@ -157,6 +157,14 @@ def _target(endpoint: str | Mapping[str, Any]) -> tuple[str, dict[str, str]]:
     return f"{host}:{endpoint['port']}", labels
 
 
+def metrics_url(agent: Mapping[str, Any]) -> str:
+    """The Prometheus endpoint of an agent record (`node_ip`, `port`); it needs the bearer
+    token raydbg's clients use (docs/telemetry.md, "Prometheus")."""
+    target, _ = _target(agent)
+    host, _, port = target.rpartition(":")
+    return f"http://[{host}]:{port}/metrics" if ":" in host else f"http://{target}/metrics"
+
+
 def file_sd_groups(
     endpoints: Sequence[str | Mapping[str, Any]], labels: Mapping[str, str] | None = None
 ) -> list[dict[str, Any]]:

@@ -50,6 +50,8 @@ class State:
     tracer: trace.Tracer | None = None
     meter: metrics.Meter | LightMeter | None = None
     generation: int = 0
+    # None: nobody called setup() yet and the first emission decides (auto_setup).
+    auto: bool | None = None
     kind: str = ""
     plan: Plan | None = None
     tracer_provider: TracerProvider | None = None
@@ -224,6 +226,7 @@ def setup(kind: str | None = None) -> bool:
         built = build(plan, kind or raycontext.process_kind())
         _install_globals(built)
         built.generation = state.generation + 1
+        built.auto = True
         state.__dict__.update(built.__dict__)
         if not _atexit_registered:
             atexit.register(shutdown)
@@ -233,6 +236,25 @@ def setup(kind: str | None = None) -> bool:
 
         ray_tracing.enable()
     return True
+
+
+def auto_setup() -> bool:
+    """On the first span or metric of a process nobody set up: `setup()` when raydbg is
+    active here (RAY_DEBUG=1 in the driver, carried to its workers). Decided once, so a
+    process that never emits never imports the SDK, and one that is off pays a check."""
+    with _lock:
+        if state.auto is not None or state.tracer is not None:
+            return state.tracer is not None
+        state.auto = False  # decided; setup()'s own calls see the cheap path
+    from raydbg import config
+
+    if not config.is_active():
+        return False
+    try:
+        return setup()
+    except Exception:  # telemetry must never break the code that emits
+        log.exception("raydbg telemetry: automatic set-up failed; telemetry is off")
+        return False
 
 
 def _install_globals(built: State) -> None:
@@ -271,6 +293,7 @@ def shutdown(timeout_s: float = 3.0) -> None:
             return
         state.tracer = None
         state.meter = None
+        state.auto = False  # stopped on purpose: the next emission must not set up again
         fns: list[Callable[[], Any]] = [tp.shutdown]
         if mp is not None:
             fns.append(lambda: mp.shutdown(int(timeout_s * 1000)))

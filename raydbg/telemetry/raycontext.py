@@ -14,6 +14,8 @@ import tempfile
 import threading
 from typing import Any
 
+from raydbg import _ray_internals
+
 _lock = threading.Lock()
 _static: dict[str, str] = {}
 _task_cache: tuple[str | None, dict[str, Any]] = (None, {})
@@ -30,36 +32,19 @@ def _ray() -> Any | None:
         return None
 
 
-def process_kind(default: str = "process") -> str:
-    """`driver` or `worker` as Ray sees this process, else `default`.
+def process_kind(default: str = "driver") -> str:
+    """`worker` or `driver` as Ray sees this process; else `default`.
 
-    Reads the worker mode, which Ray sets early in connect: so this is right even
-    inside Ray's tracing start-up hook, which runs before `ray.is_initialized()`.
+    Reads the worker mode, which Ray sets early in connect (so this is right even inside
+    Ray's tracing start-up hook). A Ray worker has its mode before any user code runs, so
+    a process without one is a driver, perhaps before `ray.init()`.
     """
-    ray = sys.modules.get("ray")
-    try:
-        mode = ray._private.worker.global_worker.mode if ray is not None else None
-        if mode == ray._private.worker.WORKER_MODE:  # type: ignore[union-attr]
-            return "worker"
-        if mode == ray._private.worker.SCRIPT_MODE:  # type: ignore[union-attr]
-            return "driver"
-    except Exception:
-        pass
-    return default
+    return _ray_internals.worker_mode() or default
 
 
 def session_dir() -> str | None:
     """The Ray session directory of the connected cluster, or None."""
-    ray = _ray()
-    if ray is None:
-        return None
-    try:
-        node = ray._private.worker._global_node or getattr(
-            ray._private.worker.global_worker, "node", None
-        )
-        return str(node.get_session_dir_path()) if node is not None else None
-    except Exception:
-        return None
+    return _ray_internals.session_dir() if _ray() is not None else None
 
 
 def private_name() -> str:

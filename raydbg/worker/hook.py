@@ -58,7 +58,10 @@ def install() -> None:
 def setup_hook() -> None:
     """Entry point named in runtime_env['worker_process_setup_hook']."""
     from raydbg import compat
+    from raydbg.telemetry import ray_tracing
 
+    # First, whatever else is on: a call carrying trace context must never fail here.
+    ray_tracing.worker_ready()
     # On an unsupported Ray: one line, nothing installed; breakpoint() stays Ray's.
     if config.is_active() and compat.check("worker"):
         install()
@@ -68,18 +71,11 @@ def setup_hook() -> None:
         from raydbg.breakpoints import worker as armed_breakpoints
 
         armed_breakpoints.worker_setup()  # `raydbg break add`: arms now, then polls one KV key
-        from raydbg.telemetry.ray_tracing import trace_tasks_requested
-
         if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":
             # Retry budgets of nested submissions + the start gate (a stat and a pwrite a task).
             from raydbg.memory import gate
 
             gate.worker_setup()
-        if trace_tasks_requested():
-            # The driver propagates trace context to this job's tasks: be ready to take it.
-            from raydbg import telemetry
-
-            telemetry.setup("worker")
     _run_user_hook()
 
 
