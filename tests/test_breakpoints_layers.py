@@ -148,6 +148,8 @@ def test_monitoring_tool_is_not_debuggers() -> None:
         assert lay.tool not in (None, 0) and sys.monitoring.get_tool(lay.tool) == "raydbg"
         events = sys.monitoring.get_events(lay.tool)
         assert events == sys.monitoring.events.PY_START | sys.monitoring.events.PY_RESUME
+        assert sys.monitoring.get_local_events(lay.tool, loop.__code__) == 0  # not called yet
+        assert loop(2) == 1 and helper(1) == 2  # each reports once, at its first call
         assert sys.monitoring.get_local_events(lay.tool, loop.__code__) == sys.monitoring.events.LINE
         assert sys.monitoring.get_local_events(lay.tool, helper.__code__) == 0
     finally:

@@ -193,9 +193,18 @@ def _untrace_all() -> None:
     import pydevd_tracing
     from _pydev_bundle.pydev_monkey import undo_patch_thread_modules
 
+    from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
+
     threading.settrace(None)  # type: ignore[arg-type]
     undo_patch_thread_modules()
-    pydevd_tracing.set_trace_to_threads(_remove_own_trace)
+    if PYDEVD_USE_SYS_MONITORING:
+        # 3.12+: pydevd traces through sys.monitoring (tool id 0, never raydbg's own):
+        # its events off and its tool id freed; _trace_on takes it again.
+        from _pydevd_sys_monitoring import pydevd_sys_monitoring
+
+        pydevd_sys_monitoring.stop_monitoring(all_threads=True)
+    else:
+        pydevd_tracing.set_trace_to_threads(_remove_own_trace)
     for top in sys._current_frames().values():
         frame: FrameType | None = top
         while frame is not None:
