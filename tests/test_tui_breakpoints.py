@@ -54,6 +54,8 @@ def test_rows_group_by_job_every_job_first() -> None:
     assert same_job(armed(), "e1e1") == ["e1e1"]
     assert same_job(armed(), "gone") == []
     assert summary(armed()) == "4 armed in 3 jobs · 9 hits · 1 paused"
+    broken = breakpoint_rows([bp("x1", "/a.py", 1, None, condition="x >", error="SyntaxError: invalid syntax")])
+    assert broken[0][1][3].startswith("⚠ SyntaxError: invalid") and len(broken[0][1][3]) <= 30
 
 
 def test_session_paused_at_an_armed_breakpoint_says_which() -> None:

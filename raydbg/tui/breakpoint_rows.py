@@ -43,6 +43,14 @@ def paused_text(bp: dict[str, Any]) -> str:
     return f"{paused}/{limit}" if isinstance(limit, int) and limit > 0 else str(paused)
 
 
+def condition_cell(bp: dict[str, Any]) -> str:
+    """The condition, and what went wrong arming the breakpoint when something did."""
+    cond = str(bp.get("condition") or "")
+    if bp.get("error"):
+        cond = f"⚠ {bp['error']}" + (f" ({cond})" if cond else "")
+    return truncate(cond, 30)
+
+
 def breakpoint_rows(bps: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...]]]:
     """(id, cells) per breakpoint; the job cell only on its group's first row, so jobs read as groups."""
     rows: list[tuple[str, tuple[str, ...]]] = []
@@ -53,7 +61,7 @@ def breakpoint_rows(bps: list[dict[str, Any]]) -> list[tuple[str, tuple[str, ...
             job if job != last else "",
             str(bp["id"]),
             where(bp),
-            truncate(str(bp.get("condition") or ""), 30),
+            condition_cell(bp),
             str(_int(bp.get("hits"))),
             paused_text(bp),
             truncate(str(bp.get("owner") or ""), 24),

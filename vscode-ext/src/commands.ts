@@ -37,7 +37,7 @@ async function editClusters(edit: (list: ClusterList) => ClusterList): Promise<v
   await cfg.update("clusters", edit([...list]), vscode.ConfigurationTarget.Global);
 }
 
-async function pickCluster(s: CommandServices, arg: ItemArg | undefined, title: string): Promise<string | undefined> {
+export async function pickCluster(s: Pick<CommandServices, "controller">, arg: ItemArg | undefined, title: string): Promise<string | undefined> {
   if (arg?.cluster) return arg.cluster;
   const names = s.controller.current.clusters.map((c) => c.name);
   if (names.length === 0) {

@@ -137,6 +137,12 @@ export class ClusterController {
     return own && own.length > 0 ? own : this.settings.pathMappings;
   }
 
+  /** The cluster's paused sessions as last listed (none while it does not answer). */
+  sessions(cluster: string): SessionRecord[] {
+    const st = this.entries.get(cluster)?.state;
+    return st?.kind === "ok" ? st.sessions : [];
+  }
+
   /** The latest record of a session, if its cluster still lists it. */
   session(cluster: string, id: string): SessionRecord | undefined {
     const st = this.entries.get(cluster)?.state;

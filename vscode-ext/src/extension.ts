@@ -4,6 +4,7 @@
  */
 import * as vscode from "vscode";
 import { AttachRegistry } from "./attach";
+import { BreakpointGlue, setupBreakpoints } from "./breakpointCommands";
 import { CommandServices, notifyPaused, registerCommands } from "./commands";
 import { ClusterController } from "./controller";
 import { readLocalGateway } from "./localGateway";
@@ -20,6 +21,7 @@ export interface RaydbgApi {
   controller: ClusterController;
   provider: RayTreeProvider;
   attached: AttachRegistry;
+  breakpoints: BreakpointGlue;
 }
 
 function readSettings() {
@@ -39,7 +41,7 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
   const attached = new AttachRegistry();
   const status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Left, 50);
   status.command = `${VIEW_ID}.focus`;
-  const provider = new RayTreeProvider(() => controller.tree());
+  const provider = new RayTreeProvider(() => breakpoints.tree(controller.tree()));
   const initial = readSettings();
   const migrated = migrateLegacySecrets(context.secrets, initial.settings.clusters).catch(() => 0);
   const controller = new ClusterController({
@@ -55,6 +57,7 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
       });
     },
     onChange: () => {
+      breakpoints.controllerChanged();
       provider.update();
       const n = controller.pausedCount();
       status.text = `$(debug-pause) ${n} paused`;
@@ -65,6 +68,8 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     onNewSessions: (cluster, sessions) => void notifyPaused(services, cluster, sessions),
   });
   const services: CommandServices = { context, controller, attached };
+  // After the controller: its first onChange (applySettings below) finds the glue ready.
+  const breakpoints: BreakpointGlue = setupBreakpoints(context, controller, () => provider.update());
 
   const view = vscode.window.createTreeView(VIEW_ID, { treeDataProvider: provider, showCollapseAll: true });
   controller.setVisible(view.visible);
@@ -74,7 +79,10 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     view,
     status,
     provider,
-    view.onDidChangeVisibility((e) => controller.setVisible(e.visible)),
+    view.onDidChangeVisibility((e) => {
+      controller.setVisible(e.visible);
+      breakpoints.lists.setVisible(e.visible);
+    }),
     view.onDidExpandElement((e) => {
       const { run, cluster } = e.element;
       if (run && cluster) controller.expandRun(cluster, runKey(run.job, run.run));
@@ -94,10 +102,11 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
       if (typeof id === "string") void attached.stop(id);
     }),
     ...registerCommands(services),
+    ...breakpoints.disposables,
     { dispose: () => controller.dispose() },
     { dispose: () => void attached.stopAll() },
   );
-  return { controller, provider, attached };
+  return { controller, provider, attached, breakpoints };
 }
 
 export function deactivate(): void {

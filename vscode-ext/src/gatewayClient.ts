@@ -83,14 +83,16 @@ export class GatewayClient {
     return { Authorization: `Bearer ${this.opts.token}`, Accept: "application/json", ...extra };
   }
 
-  private request(path: string, headers: Record<string, string>): Promise<http.IncomingMessage> & { req?: http.ClientRequest } {
+  private request(path: string, headers: Record<string, string>, method = "GET", body?: string): Promise<http.IncomingMessage> & { req?: http.ClientRequest } {
     const url = new URL(this.base.httpBase + path);
     const mod = url.protocol === "https:" ? https : http;
     let req: http.ClientRequest | undefined;
     const p = new Promise<http.IncomingMessage>((resolve, reject) => {
-      req = mod.get(url, { headers }, resolve);
+      const sent = body === undefined ? headers : { ...headers, "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(body)) };
+      req = mod.request(url, { method, headers: sent }, resolve);
       req.on("error", (e: NodeJS.ErrnoException) => reject(this.connectError(e)));
       req.setTimeout(this.timeoutMs, () => req?.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" })));
+      req.end(body);
     });
     return Object.assign(p, { req });
   }
@@ -119,8 +121,13 @@ export class GatewayClient {
   }
 
   /** GET a JSON document; non-2xx and undecodable bodies become GatewayErrors. */
-  async getJson(path: string): Promise<unknown> {
-    const res = await this.request(path, this.headers());
+  getJson(path: string): Promise<unknown> {
+    return this.call("GET", path);
+  }
+
+  /** One JSON call (`body` sent as JSON when given); non-2xx and undecodable answers become GatewayErrors. */
+  async call(method: string, path: string, payload?: unknown): Promise<unknown> {
+    const res = await this.request(path, this.headers(), method, payload === undefined ? undefined : JSON.stringify(payload));
     let body: string;
     try {
       body = await GatewayClient.readBody(res);
@@ -147,6 +154,23 @@ export class GatewayClient {
     if (query.run) q.set("run", query.run);
     const qs = q.toString();
     return this.getJson(`/api/v1/stacks${qs ? `?${qs}` : ""}`);
+  }
+
+  /** `GET /api/v1/breakpoints[?job=]`: the armed breakpoints (raw; breakpoints.ts parses them). */
+  breakpoints(job?: string): Promise<unknown> {
+    return this.getJson(`/api/v1/breakpoints${job ? `?${new URLSearchParams({ job }).toString()}` : ""}`);
+  }
+
+  /** `PUT /api/v1/breakpoints?owner=&job=`: replace what `owner` armed for `job` (null: every job) with `specs`. */
+  putBreakpoints(owner: string, job: string | null, specs: readonly unknown[]): Promise<unknown> {
+    const q = new URLSearchParams({ owner });
+    if (job !== null) q.set("job", job);
+    return this.call("PUT", `/api/v1/breakpoints?${q.toString()}`, { breakpoints: specs });
+  }
+
+  /** `DELETE /api/v1/breakpoints/{id}`. */
+  deleteBreakpoint(id: string): Promise<unknown> {
+    return this.call("DELETE", `/api/v1/breakpoints/${encodeURIComponent(id)}`);
   }
 
   /** Paused sessions; a body that is not a list becomes a GatewayError, bad records are returned in `bad`. */

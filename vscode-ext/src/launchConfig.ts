@@ -28,7 +28,7 @@ export const SESSION_CWD_VAR = "${sessionCwd}";
  * `workspaceFolder`: a path; undefined keeps the variable for VS Code to resolve (launch.json);
  * null means no folder is open, so mappings that need one are dropped (VS Code would refuse them).
  */
-export function resolvePathMappings(session: SessionRecord, configured: readonly PathMapping[], workspaceFolder?: string | null): PathMapping[] {
+export function resolvePathMappings(session: Pick<SessionRecord, "cwd">, configured: readonly PathMapping[], workspaceFolder?: string | null): PathMapping[] {
   const local = (p: string) => (typeof workspaceFolder === "string" ? p.split(WORKSPACE_VAR).join(workspaceFolder) : p);
   const wanted = configured.length > 0 ? configured : [{ localRoot: WORKSPACE_VAR, remoteRoot: SESSION_CWD_VAR }];
   const out: PathMapping[] = [];
@@ -41,6 +41,33 @@ export function resolvePathMappings(session: SessionRecord, configured: readonly
     } else out.push({ localRoot: local(m.localRoot), remoteRoot: m.remoteRoot });
   }
   return out;
+}
+
+const posix = (p: string) => p.replace(/\\/g, "/").replace(/\/+$/, "");
+
+/**
+ * Where a local file is on the workers, for an armed breakpoint: the attach's mappings
+ * (resolvePathMappings, so both agree), the longest matching localRoot winning. A mapping
+ * to `${sessionCwd}` gives a path relative to the worker's cwd, which each worker resolves
+ * against its own (workers of one job may run in different directories); a file no
+ * mapping covers is sent as it is (a cluster on this machine runs the same files).
+ */
+export function remoteBreakpointPath(localPath: string, configured: readonly PathMapping[], workspaceFolder: string | null): string {
+  // A cwd that is the variable itself keeps `${sessionCwd}` in remoteRoot, to be cut off below.
+  const mappings = resolvePathMappings({ cwd: SESSION_CWD_VAR }, configured, workspaceFolder);
+  const file = posix(localPath);
+  let best: { root: string; remote: string } | undefined;
+  for (const m of mappings) {
+    const root = posix(m.localRoot);
+    const inside = file === root || file.startsWith(`${root}/`) || root === "";
+    if (inside && (!best || root.length > best.root.length)) best = { root, remote: posix(m.remoteRoot) };
+  }
+  if (!best) return localPath;
+  const rest = file.slice(best.root.length).replace(/^\//, "");
+  if (best.remote === SESSION_CWD_VAR) return rest;
+  if (best.remote.startsWith(`${SESSION_CWD_VAR}/`)) return [best.remote.slice(SESSION_CWD_VAR.length + 1), rest].filter(Boolean).join("/");
+  if (best.remote.includes(SESSION_CWD_VAR)) return localPath; // a cwd inside a root: nothing sound to send
+  return rest ? `${best.remote}/${rest}` : best.remote;
 }
 
 export function attachName(session: SessionRecord): string {

@@ -41,6 +41,8 @@ export interface SessionRecord {
   state: string;
   attachable: boolean;
   cwd: string | null;
+  /** The armed breakpoint (issue 18) this session paused at, if any. */
+  breakpoint_id: string | null;
 }
 
 /** A record that could not be used, with what was wrong (shown as an error item). */
@@ -112,6 +114,7 @@ export function parseSessionRecord(raw: unknown): SessionRecord | string {
     state,
     attachable,
     cwd: str(raw, "cwd"),
+    breakpoint_id: str(raw, "breakpoint_id") || null,
   };
 }
 

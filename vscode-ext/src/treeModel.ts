@@ -31,6 +31,8 @@ export interface ViewItem {
   cluster?: string;
   /** Set on a Train run's node (expanding it asks for its held ranks). */
   run?: RunRef;
+  /** Set on an armed-breakpoints job node (Disarm acts on it). */
+  armTarget?: { cluster: string; job: string | null };
 }
 
 export const CTX = {
@@ -53,7 +55,7 @@ function basename(path: string): string {
 
 function reasonText(s: SessionRecord): string {
   if (s.reason === "exception") return s.exception ? s.exception.type : "exception";
-  return s.reason;
+  return s.breakpoint_id ? `${s.reason} ${s.breakpoint_id} (armed)` : s.reason;
 }
 
 export function sessionDescription(s: SessionRecord): string {
@@ -65,6 +67,7 @@ export function sessionDescription(s: SessionRecord): string {
 export function sessionTooltip(s: SessionRecord, now: number = Date.now()): string {
   const lines = [`${sessionName(s)} — paused on ${s.reason === "exception" ? "an exception" : "a breakpoint"}`];
   if (s.exception) lines.push(`${s.exception.type}: ${s.exception.message}`);
+  if (s.breakpoint_id) lines.push(`armed breakpoint ${s.breakpoint_id} (raydbg break, or an editor's armed breakpoints)`);
   lines.push(`at ${s.file || "?"}:${s.line ?? "?"} in ${s.function ?? "?"}`);
   lines.push(`session ${s.id} · job ${s.job_id} · state ${s.state}`);
   if (s.task_id) lines.push(`task ${s.task_id}`);
@@ -89,7 +92,7 @@ function ago(seconds: number): string {
 }
 
 function sessionItem(cluster: string, s: SessionRecord, now: number, label: string = sessionName(s)): ViewItem {
-  let icon = s.reason === "exception" ? "error" : "debug-pause";
+  let icon = s.reason === "exception" ? "error" : s.breakpoint_id ? "debug-breakpoint" : "debug-pause";
   if (!s.attachable) icon = "loading~spin";
   return {
     id: `${cluster}/session/${s.id}`,

@@ -24,6 +24,8 @@ export interface FakeGatewayOptions {
    * returning [status, body]. Undefined: 404, as a gateway without stacks.
    */
   stacks?: unknown;
+  /** Serve the breakpoints API (issue 18) from an in-memory store (`FakeGateway.bps`). */
+  breakpoints?: boolean;
   /** Called for each relayed WebSocket once the upgrade is accepted. */
   onRelay?: (ws: WebSocket, seen: UpgradeSeen) => void;
 }
@@ -39,12 +41,21 @@ export class FakeGateway {
   stream: boolean;
   stacks: unknown;
   onRelay: (ws: WebSocket, seen: UpgradeSeen) => void;
+  breakpoints: boolean;
+  /** The armed breakpoints, as the gateway keeps them. */
+  bps: Record<string, unknown>[] = [];
+  /** PUT bodies as received, with their query. */
+  puts: { owner: string | null; job: string | null; body: unknown }[] = [];
+  /** When set, PUT answers this status with `{"error": putError}`. */
+  putError?: { status: number; error: string };
+  private nextId = 1;
 
   constructor(opts: FakeGatewayOptions = {}) {
     this.token = opts.token ?? "s3cret";
     this.sessions = opts.sessions ?? [];
     this.stream = opts.stream ?? true;
     this.stacks = opts.stacks;
+    this.breakpoints = opts.breakpoints ?? false;
     this.onRelay = opts.onRelay ?? ((ws) => ws.on("message", (d: Buffer) => ws.send(d, { binary: true })));
     this.server = http.createServer((req, res) => this.handle(req, res));
     this.server.on("upgrade", (req: http.IncomingMessage, sock: import("node:stream").Duplex, head: Buffer) => this.upgrade(req, sock, head));
@@ -69,7 +80,9 @@ export class FakeGateway {
       res.writeHead(401, { "Content-Type": "application/json" }).end(JSON.stringify({ error: "missing or wrong raydbg token" }));
       return;
     }
-    if (req.url === "/api/v1/sessions") {
+    if (this.breakpoints && (req.url ?? "").startsWith("/api/v1/breakpoints")) {
+      this.breakpointsApi(req, res);
+    } else if (req.url === "/api/v1/sessions") {
       const body = typeof this.sessions === "string" ? this.sessions : JSON.stringify(this.sessions);
       res.writeHead(200, { "Content-Type": "application/json" }).end(body);
     } else if ((req.url ?? "").startsWith("/api/v1/stacks") && this.stacks !== undefined) {
@@ -84,6 +97,58 @@ export class FakeGateway {
     } else {
       res.writeHead(404, { "Content-Type": "application/json" }).end(JSON.stringify({ error: "not found" }));
     }
+  }
+
+  /** The contract of GET / PUT / DELETE /api/v1/breakpoints (docs/architecture.md). */
+  private breakpointsApi(req: http.IncomingMessage, res: http.ServerResponse): void {
+    const url = new URL(req.url ?? "", "http://x");
+    const json = (status: number, body: unknown) => res.writeHead(status, { "Content-Type": "application/json" }).end(JSON.stringify(body));
+    const job = url.searchParams.get("job");
+    if (req.method === "GET" && url.pathname === "/api/v1/breakpoints") {
+      json(200, { breakpoints: this.bps.filter((b) => job === null || b.job === null || b.job === job) });
+      return;
+    }
+    const del = /^\/api\/v1\/breakpoints\/([^/]+)$/.exec(url.pathname);
+    if (req.method === "DELETE" && del) {
+      const id = decodeURIComponent(del[1]);
+      const before = this.bps.length;
+      this.bps = this.bps.filter((b) => b.id !== id);
+      json(this.bps.length < before ? 200 : 404, this.bps.length < before ? { removed: id } : { error: `no breakpoint ${id}` });
+      return;
+    }
+    if (req.method !== "PUT" || url.pathname !== "/api/v1/breakpoints") {
+      json(404, { error: "not found" });
+      return;
+    }
+    const chunks: Buffer[] = [];
+    req.on("data", (c: Buffer) => chunks.push(c));
+    req.on("end", () => {
+      const owner = url.searchParams.get("owner");
+      let body: unknown;
+      try {
+        body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+      } catch {
+        json(400, { error: "body is not JSON" });
+        return;
+      }
+      this.puts.push({ owner, job, body });
+      if (this.putError) {
+        json(this.putError.status, { error: this.putError.error });
+        return;
+      }
+      const items = (body as { breakpoints?: unknown }).breakpoints;
+      if (!owner || !Array.isArray(items)) {
+        json(400, { error: "PUT needs ?owner= and {\"breakpoints\": [...]}" });
+        return;
+      }
+      this.bps = this.bps.filter((b) => !(b.owner === owner && b.job === job));
+      const mine = (items as Record<string, unknown>[]).map((i) => ({
+        id: `bp-${String(this.nextId++).padStart(4, "0")}`, file: i.file, line: i.line, job, condition: i.condition ?? null,
+        hit_limit: i.hit_limit ?? 3, owner, created: 1_780_000_000, hits: 0, paused: 0,
+      }));
+      this.bps.push(...mine);
+      json(200, { breakpoints: mine });
+    });
   }
 
   private push(res: http.ServerResponse): void {

@@ -61,6 +61,7 @@ export function makeVscodeStub(opts: {
   folder?: string;
   secrets?: Record<string, string>;
   startResult?: boolean;
+  workspaceState?: Record<string, unknown>;
 }) {
   const rec: Recorded = {
     commands: new Map(),
@@ -81,6 +82,9 @@ export function makeVscodeStub(opts: {
   const expanded = new EventEmitter<{ element: unknown }>();
   const secretChanged = new EventEmitter<{ key: string }>();
   const secrets = new Map(Object.entries(opts.secrets ?? {}));
+  const breakpointsChanged = new EventEmitter<unknown>();
+  const gutter: unknown[] = [];
+  const workspaceState = new Map<string, unknown>(Object.entries(opts.workspaceState ?? {}));
   const message = (level: string) => (text: string, ...items: unknown[]) => {
     rec.messages.push({ level, text, items: items.filter((i): i is string => typeof i === "string") });
     return Promise.resolve(undefined);
@@ -151,9 +155,14 @@ export function makeVscodeStub(opts: {
         return Promise.resolve(opts.startResult ?? true);
       },
       onDidTerminateDebugSession: debugTerminated.event,
+      get breakpoints() {
+        return [...gutter];
+      },
+      onDidChangeBreakpoints: breakpointsChanged.event,
     },
     extensions: { getExtension: (id: string) => (id === "ms-python.debugpy" ? { id } : undefined) },
     env: {
+      machineId: "test-machine",
       clipboard: {
         writeText: (t: string) => {
           rec.clipboard.push(t);
@@ -179,6 +188,28 @@ export function makeVscodeStub(opts: {
       },
       onDidChange: secretChanged.event,
     },
+    workspaceState: {
+      get: <T>(k: string) => workspaceState.get(k) as T | undefined,
+      update: (k: string, v: unknown) => {
+        workspaceState.set(k, v);
+        return Promise.resolve();
+      },
+    },
+  };
+
+  /** Set the gutter's breakpoints (SourceBreakpoint-shaped: 0-based lines) and tell the extension, as VS Code does. */
+  const setBreakpoints = (bps: { file: string; line: number; enabled?: boolean; condition?: string; hitCondition?: string; logMessage?: string }[]) => {
+    gutter.length = 0;
+    for (const b of bps) {
+      gutter.push({
+        enabled: b.enabled ?? true,
+        condition: b.condition,
+        hitCondition: b.hitCondition,
+        logMessage: b.logMessage,
+        location: { uri: { scheme: "file", fsPath: b.file }, range: { start: { line: b.line - 1, character: 0 } } },
+      });
+    }
+    breakpointsChanged.fire({});
   };
 
   /** Edit a settings file by hand (user or workspace) and tell the extension, as VS Code does. */
@@ -187,7 +218,7 @@ export function makeVscodeStub(opts: {
     configChanged.fire({ affectsConfiguration: (s: string) => key.startsWith(s) });
   };
 
-  return { vscode, context, rec, secrets, debugTerminated, visibility, expanded, config, workspaceConfig, editSettings };
+  return { vscode, context, rec, secrets, debugTerminated, visibility, expanded, config, workspaceConfig, editSettings, setBreakpoints, workspaceState };
 }
 
 /** Make `require("vscode")` return `stub` for modules loaded after this call. */
