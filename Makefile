@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint vscode-test install clean
+.PHONY: demo test test-py312 lint vscode-test install clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,9 +26,28 @@ lint: $(STAMP)
 vscode-test:
 	cd vscode-ext && npm ci --no-audit --no-fund && npm test
 
+# Python 3.12: armed breakpoints' sys.monitoring layer, in a second, light venv (raydbg
+# without the SD extra). PY312=/path/to/python3.12 overrides the search.
+PY312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
+	$$p -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
+VENV312 := .venv312
+STAMP312 := $(VENV312)/.installed
+PY312_TESTS := tests/test_breakpoints_model.py tests/test_breakpoints_layers.py \
+	tests/e2e/test_armed_breakpoints.py
+
+$(STAMP312): pyproject.toml setup.py
+	@test -n "$(PY312)" || { echo "python3.12 not found: set PY312=/path/to/python3.12"; exit 1; }
+	test -x $(VENV312)/bin/python || $(PY312) -m venv $(VENV312)
+	$(VENV312)/bin/pip install -q -e . 'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0'
+	touch $(STAMP312)
+
+test-py312: $(STAMP312)
+	$(VENV312)/bin/python -m pytest -q -p no:cacheprovider $(PY312_TESTS)
+
 # npm ci first: the Python tests of the extension need its node_modules.
 test: $(STAMP) lint vscode-test
 	$(BIN)/python -m pytest -q --durations=20 tests
+	$(MAKE) test-py312
 
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(VENV312)
