@@ -1,15 +1,24 @@
-"""Telemetry overhead on the tiny SD training step: steps/s with the embedded default on vs off.
+"""Telemetry overhead on an SD training step: the SDK path and the light path side by side, paired.
 
-    python benchmarks/telemetry_overhead.py [--steps 400] [--sdk] [--json]
+    python benchmarks/telemetry_overhead.py --preset tiny --blocks 250
+    python benchmarks/telemetry_overhead.py --preset small --blocks 30
+    python benchmarks/telemetry_overhead.py --quick            # smoke test, seconds
 
-One process, one model: neighbouring steps form on/off pairs (off = the state before
-`setup()`, the API's cheap path; order alternates pair by pair) so drift and neighbours
-hit both alike. Reports the median over pairs of on/off step time, wall and process CPU
-(CPU includes the export thread), with a bootstrap 95% interval, and the load average.
-Each step carries the spans and histograms sd_reference's train loop emits. Also prints
-the pure cost of that instrumentation per step (no model), with and without the export
-thread's work, which bounds the overhead without the noise. `--sdk` measures the
-OpenTelemetry SDK path instead of raydbg's light spans and metrics.
+One process, one model (the preset's UNet, CPU, 1 thread, the preset's batch size;
+latents and text embeddings given, as in offline-preprocessed training). Steps run in
+blocks of four, one per mode, in an order that rotates block by block (a cyclic Latin
+square), so drift and neighbours' load hit every mode alike:
+
+- `off`: the API's state when telemetry is off (one attribute check per call);
+- `sdk`: OpenTelemetry SDK spans and metrics into the embedded JSON lines;
+- `light`: raydbg's light spans and metrics (light.py, lightmetrics.py), same files;
+- `off2`: off again: the A/A control, the method's own noise.
+
+Each step carries the SD loop's per-step instrumentation (4 spans, 6 histogram records).
+The headline per mode is the median over blocks of (mode step time / `off` step time) - 1,
+wall and process CPU (CPU includes the export threads), with a bootstrap 95% interval.
+Also: the instrumentation alone per step (no model), on the caller and with export.
+Writes benchmarks/results/telemetry_overhead_<preset>.json (with the load averages).
 """
 
 from __future__ import annotations
@@ -21,71 +30,92 @@ import random
 import statistics
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from raydbg import telemetry
+from raydbg.telemetry import api, provider
 from raydbg.telemetry.provider import state
-from sd_reference.presets import tiny
+from raydbg.telemetry.settings import read_plan
+from sd_reference.presets import get_preset
 
-TINY_UNET: dict[str, Any] = tiny().unet  # the SD app's tiny preset
-H = {
-    n: telemetry.histogram(f"sd.train.{n}.duration", "s")
-    for n in ("data_wait", "forward_backward", "optimizer", "step")
-}
-LOSS = telemetry.histogram("sd.train.loss", "1")
-IPS = telemetry.histogram("sd.train.images_per_second", "{image}/s")
+MODES = ("off", "sdk", "light", "off2")
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def _timed(part: str, step: int) -> Any:
-    return telemetry.span(f"sd.train.{part}", step=step)
+class Mode:
+    """One telemetry state (tracer, meter, generation) and instruments bound to it."""
+
+    def __init__(self, name: str, built: provider.State | None, generation: int) -> None:
+        self.name = name
+        self.built = built
+        self.tracer = built.tracer if built else None
+        self.meter = built.meter if built else None
+        self.generation = generation
+        self.h = {
+            n: api.Histogram(f"sd.train.{n}.duration", "s")
+            for n in ("data_wait", "forward_backward", "optimizer", "step")
+        }
+        self.loss = api.Histogram("sd.train.loss", "1")
+        self.ips = api.Histogram("sd.train.images_per_second", "{image}/s")
+
+    def use(self) -> None:
+        state.tracer, state.meter, state.generation = self.tracer, self.meter, self.generation
+        state.auto = False  # "off" means off: never an automatic set-up
 
 
-def train_step(model: Any, opt: Any, step: int, batch: int = 8) -> None:
+def _span(part: str, step: int) -> Any:
+    return api.span(f"sd.train.{part}", step=step)
+
+
+def train_step(m: Mode, model: Any, opt: Any, shapes: dict[str, Any], step: int) -> None:
+    b, s, seq, dim = shapes["batch"], shapes["size"], shapes["seq"], shapes["dim"]
     t0 = time.perf_counter()
-    with _timed("data_wait", step):
-        latents = torch.randn(batch, 4, 8, 8)
-        text = torch.randn(batch, 4, 32)
-    H["data_wait"].record(time.perf_counter() - t0)
-    with telemetry.span("sd.train.step", step=step):
+    with _span("data_wait", step):
+        latents = torch.randn(b, 4, s, s)
+        text = torch.randn(b, seq, dim)
+    m.h["data_wait"].record(time.perf_counter() - t0)
+    with api.span("sd.train.step", step=step):
         t1 = time.perf_counter()
-        with _timed("forward_backward", step):
+        with _span("forward_backward", step):
             noise = torch.randn_like(latents)
-            t = torch.randint(0, 1000, (batch,))
+            t = torch.randint(0, 1000, (b,))
             pred = model(latents + noise, t, encoder_hidden_states=text).sample
             loss = torch.nn.functional.mse_loss(pred, noise)
             loss.backward()
         t2 = time.perf_counter()
-        H["forward_backward"].record(t2 - t1)
-        with _timed("optimizer", step):
+        m.h["forward_backward"].record(t2 - t1)
+        with _span("optimizer", step):
             opt.step()
             opt.zero_grad(set_to_none=True)
-        H["optimizer"].record(time.perf_counter() - t2)
+        m.h["optimizer"].record(time.perf_counter() - t2)
     dt = time.perf_counter() - t0
-    H["step"].record(dt)
-    LOSS.record(float(loss.detach()))
-    IPS.record(batch / dt)
+    m.h["step"].record(dt)
+    m.loss.record(float(loss.detach()))
+    m.ips.record(b / dt)
 
 
-def instrumentation_only(n: int = 2000) -> tuple[float, float]:
-    """Seconds per step of the instrumentation alone (telemetry on, no model): on the
-    calling thread, and for the whole process once the export thread has written it."""
-    telemetry.flush()
+def instrumentation_only(m: Mode, n: int = 2000) -> tuple[float, float]:
+    """Seconds per step of the instrumentation alone (no model): on the calling thread,
+    and for the whole process once the export thread has written it."""
+    m.use()
     caller = 0.0
     c0 = time.process_time()
     for chunk in range(0, n, 100):
         t0 = time.thread_time()
         for step in range(chunk, chunk + 100):
             for part in ("data_wait", "step", "forward_backward", "optimizer"):
-                with _timed(part, step):
+                with _span(part, step):
                     pass
-            for h in H.values():
+            for h in m.h.values():
                 h.record(0.01)
-            LOSS.record(0.1)
-            IPS.record(100.0)
+            m.loss.record(0.1)
+            m.ips.record(100.0)
         caller += time.thread_time() - t0
-        telemetry.flush()  # every 400 spans: the bounded queue must not drop (and skip) any
+        if m.built is not None:  # every 400 spans: the bounded queue must not drop any
+            for p in m.built.processors:
+                p.force_flush(10_000)
     return caller / n, (time.process_time() - c0) / n
 
 
@@ -96,88 +126,123 @@ def _median_ci(values: list[float], rounds: int = 2000) -> tuple[float, float, f
     return statistics.median(values), meds[int(0.025 * rounds)], meds[int(0.975 * rounds)]
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--steps", type=int, default=400, help="steps, half on and half off")
-    p.add_argument(
-        "--sdk",
-        action="store_true",
-        help="OpenTelemetry SDK spans/metrics (RAYDBG_TELEMETRY_LIGHT=0)",
-    )
-    p.add_argument(
-        "--control",
-        action="store_true",
-        help="A/A: 'on' steps run with telemetry off too (the method's own noise and bias)",
-    )
-    p.add_argument("--json", action="store_true")
-    a = p.parse_args()
+def _build(light: bool) -> provider.State:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["RAYDBG_TELEMETRY_LIGHT"] = "1" if light else "0"
+    plan = read_plan(env)
+    assert plan.light_spans is light and plan.light_metrics is light, plan
+    return provider.build(plan, "bench-light" if light else "bench-sdk")
+
+
+def run(preset: str, blocks: int, warmup: int) -> dict[str, Any]:
     from diffusers import UNet2DConditionModel
 
-    if a.sdk:
-        os.environ["RAYDBG_TELEMETRY_LIGHT"] = "0"
+    p = get_preset(preset)
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = UNet2DConditionModel(**TINY_UNET)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model = UNet2DConditionModel(**p.unet)
+    opt = torch.optim.AdamW(model.parameters(), lr=p.lr)
+    shapes = {
+        "batch": p.batch_size,
+        "size": p.unet["sample_size"],
+        # tiny: the short text the tiny tests use; others: CLIP's 77 tokens
+        "seq": 4 if preset == "tiny" else 77,
+        "dim": p.unet["cross_attention_dim"],
+    }
     os.environ.setdefault("RAYDBG_TELEMETRY_DIR", tempfile.mkdtemp(prefix="raydbg-bench-"))
-    telemetry.setup("worker")
-    on = (state.tracer, state.meter)
-    modes = {"on": (None, None) if a.control else on, "off": (None, None)}
-    for step in range(5):  # warm-up (allocator, first-call costs)
-        train_step(model, opt, step)
+    modes = {
+        "off": Mode("off", None, 1001),
+        "sdk": Mode("sdk", _build(light=False), 1002),
+        "light": Mode("light", _build(light=True), 1003),
+        "off2": Mode("off2", None, 1004),
+    }
+    for i in range(warmup):  # allocator and first-call costs, every mode
+        for m in modes.values():
+            m.use()
+            train_step(m, model, opt, shapes, i)
     load_start = os.getloadavg()[0]
-    wall: dict[str, list[float]] = {"on": [], "off": []}
-    cpu: dict[str, list[float]] = {"on": [], "off": []}
-    for pair in range(a.steps // 2):
-        # Neighbouring steps form a pair, ordered on-off, off-on, ... so drift and
-        # neighbours' load hit both modes alike. "off" is exactly the API's state before
-        # setup(): tracer and meter unset.
-        for mode in ("on", "off") if pair % 2 == 0 else ("off", "on"):
-            state.tracer, state.meter = modes[mode]
+    wall: dict[str, list[float]] = {k: [] for k in MODES}
+    cpu: dict[str, list[float]] = {k: [] for k in MODES}
+    t_start = time.monotonic()
+    for block in range(blocks):
+        k = block % len(MODES)
+        for name in MODES[k:] + MODES[:k]:
+            m = modes[name]
+            m.use()
             w0, c0 = time.perf_counter(), time.process_time()
-            train_step(model, opt, pair)
-            wall[mode].append(time.perf_counter() - w0)
-            cpu[mode].append(time.process_time() - c0)
-    state.tracer, state.meter = on
-    time.sleep(1.5)  # let the export thread drain, so its CPU is counted below
+            train_step(m, model, opt, shapes, block)
+            wall[name].append(time.perf_counter() - w0)
+            cpu[name].append(time.process_time() - c0)
+    elapsed = time.monotonic() - t_start
+    time.sleep(1.5)  # let the export threads drain, so their CPU is counted below
     load_end = os.getloadavg()[0]
-    caller, process = instrumentation_only()
-    ratio_wall = _median_ci([x / y for x, y in zip(wall["on"], wall["off"], strict=True)])
-    ratio_cpu = _median_ci([x / y for x, y in zip(cpu["on"], cpu["off"], strict=True)])
     off_step = statistics.median(wall["off"])
-    result = {
-        "path": "control (A/A)" if a.control else "sdk" if a.sdk else "light",
-        "steps": a.steps,
-        "steps_per_s_on": 1 / statistics.median(wall["on"]),
-        "steps_per_s_off": 1 / off_step,
-        # The headline: median over pairs of (on step time / off step time) - 1.
-        "slowdown_wall": ratio_wall[0] - 1,
-        "slowdown_wall_ci95": [ratio_wall[1] - 1, ratio_wall[2] - 1],
-        "slowdown_cpu": ratio_cpu[0] - 1,
-        "slowdown_cpu_ci95": [ratio_cpu[1] - 1, ratio_cpu[2] - 1],
-        "instrumentation_ms_per_step": caller * 1e3,
-        "instrumentation_with_export_ms_per_step": process * 1e3,
-        "instrumentation_share": process / off_step,
+    out: dict[str, Any] = {
+        "preset": preset,
+        "blocks": blocks,
+        "batch": shapes["batch"],
+        "threads": 1,
+        "off_step_s": off_step,
+        "elapsed_s": elapsed,
         "load_start": load_start,
         "load_end": load_end,
-        "spans_exported": telemetry.stats()["exporters"]["jsonl"]["exported"],
-        "spans_dropped": telemetry.stats()["exporters"]["jsonl"]["dropped"],
+        "modes": {},
     }
-    telemetry.shutdown()
+    for name in ("sdk", "light", "off2"):
+        rw = _median_ci([x / y for x, y in zip(wall[name], wall["off"], strict=True)])
+        rc = _median_ci([x / y for x, y in zip(cpu[name], cpu["off"], strict=True)])
+        caller, process = instrumentation_only(modes[name])
+        out["modes"][name] = {
+            "slowdown_wall": rw[0] - 1,
+            "slowdown_wall_ci95": [rw[1] - 1, rw[2] - 1],
+            "slowdown_cpu": rc[0] - 1,
+            "slowdown_cpu_ci95": [rc[1] - 1, rc[2] - 1],
+            "step_s": statistics.median(wall[name]),
+            "instrumentation_ms_per_step": caller * 1e3,
+            "instrumentation_with_export_ms_per_step": process * 1e3,
+            "instrumentation_share": process / off_step,
+        }
+    for m in modes.values():
+        if m.built is not None:
+            out["modes"][m.name]["spans"] = {
+                k: v for p in m.built.processors for k, v in p.stats().items()
+            }
+            for p in m.built.processors:
+                p.shutdown()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="tiny", choices=("tiny", "small"))
+    ap.add_argument("--blocks", type=int, default=250, help="blocks of four steps (one a mode)")
+    ap.add_argument("--warmup", type=int, default=3, help="warm-up steps per mode")
+    ap.add_argument("--quick", action="store_true", help="smoke test: tiny, 8 blocks")
+    ap.add_argument("--json", action="store_true", help="print the JSON, not the summary")
+    ap.add_argument("--no-save", action="store_true", help="do not write benchmarks/results/")
+    a = ap.parse_args()
+    if a.quick:
+        a.preset, a.blocks, a.warmup = "tiny", 8, 1
+    r = run(a.preset, a.blocks, a.warmup)
+    if not a.no_save and not a.quick:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"telemetry_overhead_{a.preset}.json").write_text(json.dumps(r, indent=2))
     if a.json:
-        print(json.dumps(result, indent=2))
-    else:
-        r = result
+        print(json.dumps(r, indent=2))
+        return 0
+    print(
+        f"[{r['preset']}] {r['blocks']} blocks, off step {r['off_step_s'] * 1e3:.1f} ms, "
+        f"{r['elapsed_s']:.0f} s, load {r['load_start']:.2f}->{r['load_end']:.2f}"
+    )
+    for name, m in r["modes"].items():
         print(
-            f"[{r['path']}] {r['steps']} steps, load {load_start:.1f}->{load_end:.1f}: "
-            f"steps/s on {r['steps_per_s_on']:.2f}, off {r['steps_per_s_off']:.2f}; "
-            f"median paired slowdown {r['slowdown_wall']:+.2%} wall "
-            f"(95% CI {r['slowdown_wall_ci95'][0]:+.2%}..{r['slowdown_wall_ci95'][1]:+.2%}), "
-            f"{r['slowdown_cpu']:+.2%} CPU "
-            f"({r['slowdown_cpu_ci95'][0]:+.2%}..{r['slowdown_cpu_ci95'][1]:+.2%}); "
-            f"instrumentation alone {r['instrumentation_ms_per_step']:.3f} ms/step on the caller, "
-            f"{r['instrumentation_with_export_ms_per_step']:.3f} ms with export "
-            f"= {r['instrumentation_share']:.2%} of a step"
+            f"  {name:5s} wall {m['slowdown_wall']:+.2%} "
+            f"(95% CI {m['slowdown_wall_ci95'][0]:+.2%}..{m['slowdown_wall_ci95'][1]:+.2%}), "
+            f"CPU {m['slowdown_cpu']:+.2%} "
+            f"({m['slowdown_cpu_ci95'][0]:+.2%}..{m['slowdown_cpu_ci95'][1]:+.2%}); "
+            f"instrumentation {m['instrumentation_ms_per_step']:.3f} ms caller, "
+            f"{m['instrumentation_with_export_ms_per_step']:.3f} ms with export "
+            f"= {m['instrumentation_share']:.3%} of a step"
         )
     return 0
 
