@@ -128,7 +128,8 @@ def train_runs(timeout: float = 5.0) -> list[dict[str, Any]]:
 # is on is pickled inside `_function_with_tracing`, which in the worker calls
 # `_get_opentelemetry()` (None unless the flag is on there too: every task then fails).
 # `_DictPropagator.inject_current_context()` builds the carrier; `_OpenTelemetryProxy`
-# imports OpenTelemetry on first attribute use. The cluster's tracing start-up hook is
+# imports OpenTelemetry on first attribute use; `ray._common.signature.flatten_args`
+# checks a call's arguments against the function's signature. The cluster's tracing start-up hook is
 # `tracing_startup_hook` in GCS internal KV (namespace `ray_constants.KV_NAMESPACE_TRACING`).
 TRACING_HELPER_MODULE = "ray.util.tracing.tracing_helper"
 
@@ -160,6 +161,30 @@ def enable_task_tracing(on_context: Callable[[], object] | None = None) -> None:
     inject_current_context._raydbg = True  # type: ignore[attr-defined]
     propagator.inject_current_context = inject_current_context
     propagator.extract = extract_context
+    _drop_context_nobody_takes()
+
+
+def _drop_context_nobody_takes() -> None:
+    """Ray injects `_ray_trace_ctx` into every actor method call, but adds the parameter only
+    to the methods it wraps: not generator methods, nor a function first called before the
+    flag was on. `signature.flatten_args` (the caller side of `ray.actor` and
+    `ray.remote_function`) then refuses the call; drop the keyword there instead."""
+    import importlib
+
+    sig: Any = importlib.import_module("ray._common.signature")
+    flatten = sig.flatten_args
+    if getattr(flatten, "_raydbg", False):
+        return
+
+    def flatten_args(signature_parameters: Any, args: Any, kwargs: Any) -> Any:
+        if kwargs and "_ray_trace_ctx" in kwargs and not any(
+            p.name == "_ray_trace_ctx" for p in signature_parameters
+        ):
+            kwargs = {k: v for k, v in kwargs.items() if k != "_ray_trace_ctx"}
+        return flatten(signature_parameters, args, kwargs)
+
+    flatten_args._raydbg = True  # type: ignore[attr-defined]
+    sig.flatten_args = flatten_args
 
 
 def task_tracing_enabled() -> bool:
