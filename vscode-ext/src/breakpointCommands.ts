@@ -64,16 +64,21 @@ export function setupBreakpoints(context: vscode.ExtensionContext, controller: C
     onChange: redraw,
   });
   const clients = new Map<string, GatewayClient>();
+  const paused = new Map<string, string>();
   const controllerChanged = () => {
     const names = controller.current.clusters.map((c) => c.name);
     arming.keepClusters(names);
     for (const name of names) {
       const client = controller.client(name);
+      // A session that paused or resumed moves a breakpoint's paused count: ask now, not at the next poll.
+      const sig = controller.sessions(name).map((r) => r.id).sort().join(",");
+      const moved = paused.get(name) !== sig;
+      paused.set(name, sig);
       if (client && clients.get(name) !== client) {
         clients.set(name, client);
         arming.clusterReady(name);
         void lists.refresh(name);
-      }
+      } else if (client && moved) void lists.refresh(name);
     }
   };
   const s = { controller, arming, lists };
