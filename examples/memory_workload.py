@@ -58,11 +58,11 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
     }
     runtime_env: dict[str, Any] = {"env_vars": env_vars}
     if mode in ("raydbg", "both"):
-        from raydbg.memory import gate
+        from raydbg.memory import start_gate
 
         os.environ.update(env_vars)
-        gate.driver_setup()
-        runtime_env["worker_process_setup_hook"] = "raydbg.memory.gate.worker_setup"
+        start_gate.driver_setup()
+        runtime_env["worker_process_setup_hook"] = "raydbg.memory.start_gate.worker_setup"
     ray.init(
         num_cpus=sc.num_cpus,
         include_dashboard=False,
@@ -99,7 +99,8 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
             chunks.append(_touch(step * MiB))
             time.sleep(step / rate)
         time.sleep(hold_s)
-        return {"i": i, "attempt": attempt, "start": start, "end": time.time()}
+        tid = ray.get_runtime_context().get_task_id()
+        return {"i": i, "attempt": attempt, "start": start, "end": time.time(), "task_id": tid}
 
     holder = Holder.remote(sc.actor_mb)
     ray.get(holder.ping.remote(), timeout=60)
@@ -121,6 +122,7 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
                     "i": i,
                     "status": "ok",
                     "attempt": r["attempt"],
+                    "task_id": r["task_id"],
                     "zero": i in sc.zero_retry,
                     "start": round(r["start"] - t0, 2),
                     "end": round(r["end"] - t0, 2),

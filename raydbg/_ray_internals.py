@@ -135,15 +135,16 @@ TRACING_HELPER_MODULE = "ray.util.tracing.tracing_helper"
 
 
 def enable_task_tracing(on_context: Callable[[], object] | None = None) -> None:
-    """Turn Ray's tracing flag on in this process, importing OpenTelemetry only when a traced
-    call first comes or goes. An empty context travels as None (the worker then runs the
-    function plainly: no consumer span, no import); `on_context()` runs before a call's
-    context is extracted here, so a worker can set telemetry up before Ray's span starts."""
+    """Turn Ray's tracing flag on in this process at (almost) no cost for calls made outside
+    any span: they open no span, compute no span attributes, carry None (so the worker runs
+    the function plainly) and import nothing. A call inside a span takes Ray's full path.
+    `on_context()` runs before a call's context is extracted here, so a worker can set
+    telemetry up before Ray's consumer span starts."""
     import importlib
 
     th: Any = importlib.import_module(TRACING_HELPER_MODULE)
     if not th._global_is_tracing_enabled:
-        th._opentelemetry = th._OpenTelemetryProxy()  # lazy: no try_all() import here
+        th._opentelemetry = _OtelProxy()
         th._global_is_tracing_enabled = True
     propagator = th._DictPropagator
     inject, extract = propagator.inject_current_context, propagator.extract
@@ -151,17 +152,95 @@ def enable_task_tracing(on_context: Callable[[], object] | None = None) -> None:
         return
 
     def inject_current_context() -> dict[str, Any] | None:
-        return inject() or None
+        return (inject() or None) if _in_context() else None
 
     def extract_context(context_dict: dict[str, Any]) -> Any:
         if on_context is not None:
             on_context()
         return extract(context_dict)
 
+    def quiet(hydrate: Callable[..., dict[str, Any]]) -> Callable[..., dict[str, Any]]:
+        # Span attributes cost ~10 runtime-context calls: only for spans that are made.
+        return lambda *a: hydrate(*a) if _in_context() else {}
+
     inject_current_context._raydbg = True  # type: ignore[attr-defined]
     propagator.inject_current_context = inject_current_context
     propagator.extract = extract_context
+    th._function_hydrate_span_args = quiet(th._function_hydrate_span_args)
+    th._actor_hydrate_span_args = quiet(th._actor_hydrate_span_args)
     _drop_context_nobody_takes()
+
+
+def _in_context() -> bool:
+    """A span or baggage is current (never true before OpenTelemetry was imported)."""
+    import sys
+
+    context = sys.modules.get("opentelemetry.context")
+    return context is not None and bool(context.get_current())
+
+
+class _QuietSpan:
+    """What Ray's `with tracer.start_as_current_span(...) as span:` gets outside any span."""
+
+    def __enter__(self) -> _QuietSpan:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        return None
+
+
+_QUIET = _QuietSpan()
+
+
+class _Tracer:
+    """Decides per span, when Ray starts it (after a worker attached the caller's context)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def start_as_current_span(self, *args: Any, **kwargs: Any) -> Any:
+        if not _in_context():
+            return _QUIET
+        import opentelemetry.trace
+
+        return opentelemetry.trace.get_tracer(self.name).start_as_current_span(*args, **kwargs)
+
+
+class _TraceModule:
+    """`opentelemetry.trace` as Ray's tracing code uses it, without importing it up front."""
+
+    class _NoKinds:
+        PRODUCER = CONSUMER = None  # only ever passed to a _QuietSpan
+
+    def get_tracer(self, name: str, *args: Any, **kwargs: Any) -> _Tracer:
+        return _Tracer(name)
+
+    @property
+    def SpanKind(self) -> Any:  # noqa: N802 - OpenTelemetry's name
+        import sys
+
+        trace = sys.modules.get("opentelemetry.trace")
+        return trace.SpanKind if trace is not None else self._NoKinds
+
+
+class _OtelProxy:
+    """Ray's `_OpenTelemetryProxy` (trace, context, propagate, Context), imports kept."""
+
+    trace = _TraceModule()
+
+    def __getattr__(self, name: str) -> Any:
+        import importlib
+
+        if name not in ("context", "propagate", "Context"):
+            raise AttributeError(name)
+        module = importlib.import_module("opentelemetry.context" if name == "Context" else
+                                         f"opentelemetry.{name}")
+        value = module.Context if name == "Context" else module
+        setattr(self, name, value)
+        return value
 
 
 def _drop_context_nobody_takes() -> None:
@@ -247,3 +326,140 @@ def session_dir() -> str | None:
         return str(node.get_session_dir_path()) if node is not None else None
     except Exception:
         return None
+
+
+# --- The memory monitor and its start gate (raydbg/memory/) ----------------------------
+# Per task, `execute_task` in _raylet.pyx calls `worker.record_task_log_start(task_id,
+# attempt_number)` after the arguments are deserialized and the process title names the
+# task (`ray::<name>`), just before the function runs; and `record_task_log_end(task_id,
+# attempt_number)` in the `finally` after it (a streaming generator is iterated to its end
+# in between). Both are Python methods of `ray._private.worker.Worker`, called on
+# `global_worker`: hooking them there runs the gate around every task without a frame of
+# ours in the task's stack. `FunctionActorManager.get_execution_info(job_id, descriptor)`
+# is called once per function per worker; `descriptor.function_id` is the id the submit
+# side keys budgets by, and `get_task_function_name()` (public) names the running one.
+
+
+def _function_key(descriptor: Any) -> str:
+    """What `ray.get_runtime_context().get_task_function_name()` says for this function."""
+    cls = getattr(descriptor, "class_name", "") or ""
+    return f"{descriptor.module_name}.{cls + '.' if cls else ''}{descriptor.function_name}"
+
+
+def gate_task_functions(
+    before: Callable[[str, int, str, str], None], after: Callable[[], None]
+) -> bool:
+    """Call `before(task id hex, attempt, task name, function id)` before every normal sync
+    task (not actor methods, not async functions) of this worker, `after()` once it ended
+    (returned, raised, or its generator ran out); idempotent; False when this Ray lacks
+    the hook points."""
+    import inspect
+
+    import ray
+
+    try:
+        from ray._private.function_manager import FunctionActorManager
+    except Exception:
+        return False
+    worker: Any = ray._private.worker.global_worker
+    start = getattr(worker, "record_task_log_start", None)
+    end = getattr(worker, "record_task_log_end", None)
+    if start is None or end is None or getattr(start, "_raydbg", False):
+        return start is not None and getattr(start, "_raydbg", False)
+    gated: dict[str, str] = {}  # function key -> function id, for the functions we gate
+    lookup = FunctionActorManager.get_execution_info
+    if not getattr(lookup, "_raydbg", False):
+
+        @functools.wraps(lookup)
+        def get_execution_info(self: Any, job_id: Any, descriptor: Any) -> Any:
+            info = lookup(self, job_id, descriptor)
+            try:
+                fn = info.function
+                if not descriptor.is_actor_method() and not (
+                    inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
+                ):
+                    gated[_function_key(descriptor)] = descriptor.function_id.hex()
+            except Exception:
+                pass
+            return info
+
+        get_execution_info._raydbg = True  # type: ignore[attr-defined]
+        FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
+    ctx = ray.get_runtime_context()
+    running = [False]
+
+    def record_task_log_start(task_id: Any, attempt_number: int) -> None:
+        try:  # never the reason a task fails
+            fid = gated.get(ctx.get_task_function_name() or "") if gated else None
+            if fid is not None and worker.actor_id.is_nil():
+                running[0] = True
+                before(task_id.hex(), int(attempt_number), ctx.get_task_name() or "", fid)
+        except Exception:
+            pass
+        start(task_id, attempt_number)
+
+    def record_task_log_end(task_id: Any, attempt_number: int) -> None:
+        end(task_id, attempt_number)
+        if running[0]:
+            running[0] = False
+            after()
+
+    record_task_log_start._raydbg = True  # type: ignore[attr-defined]
+    worker.record_task_log_start = record_task_log_start
+    worker.record_task_log_end = record_task_log_end
+    return True
+
+
+def current_task_id_hex() -> str | None:
+    """The running task's id in this worker or driver (the public getter warns in a driver)."""
+    try:
+        import ray
+
+        return str(ray._private.worker.global_worker.current_task_id.hex())
+    except Exception:
+        return None
+
+
+def gcs_client(address: str) -> Any:
+    """A GcsClient for `address` without ray.init (KV reads and writes)."""
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    return GcsClient(address=address)
+
+
+def gcs_state(address: str | None = None) -> Any:
+    """Ray's GlobalState: this connected process's, or one for `address` (no ray.init)."""
+    if address is None:
+        import ray
+
+        return ray._private.state.state
+    from ray._private.internal_api import get_state_from_address
+
+    return get_state_from_address(address)
+
+
+def all_task_events(state: Any) -> Any:
+    """Every task event GCS holds (`GlobalState._get_all_task_events`: protobuf rows)."""
+    return state._get_all_task_events()
+
+
+def alive_actor_rows(state: Any) -> list[Any]:
+    """ActorTableData protobufs of the cluster's live actors."""
+    from ray.core.generated import gcs_pb2
+
+    acc = state._connect_and_get_accessor()
+    return [gcs_pb2.ActorTableData.FromString(raw) for raw in acc.get_actor_table(None, "ALIVE")]  # type: ignore[attr-defined]
+
+
+def ray_auth_token() -> str | None:
+    """Ray's own token when Ray token authentication is on (its loader), else None."""
+    try:
+        from ray._private.authentication.authentication_utils import is_token_auth_enabled
+        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
+
+        if is_token_auth_enabled():
+            raw = AuthenticationTokenLoader.instance().get_raw_token()
+            return raw.decode() if isinstance(raw, bytes) else str(raw)
+    except Exception:
+        return None
+    return None

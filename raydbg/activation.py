@@ -49,11 +49,13 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
 
     # Before the job's first .remote(): trace context to its tasks (their hook takes it).
     ray_tracing.activate_driver()
-    if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":
-        # The memory monitor spares non-retriable work only if it knows each task's budget.
-        from raydbg.memory import gate
+    from raydbg.memory.settings import switch
 
-        gate.driver_setup()
+    if switch("RAYDBG_MEMORY_BUDGETS"):
+        # The memory monitor spares non-retriable work only if it knows each task's budget.
+        from raydbg.memory import start_gate
+
+        start_gate.driver_setup()
     return out
 
 

@@ -41,9 +41,9 @@ def use_client(client: Any) -> None:
 
 def client_for(gcs_address: str) -> Any:
     """A GcsClient of another cluster, for a one-off read (the process-wide client stays)."""
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+    from raydbg import _ray_internals
 
-    return GcsClient(address=gcs_address)
+    return _ray_internals.gcs_client(gcs_address)
 
 
 def _gcs() -> Any:

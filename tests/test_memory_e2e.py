@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -53,26 +54,43 @@ def test_raydbg_kills_newest_retriable_task_before_the_kernel() -> None:
     assert any("memory-monitor kill (event" in ln for ln in r["raydbg_lines"])
 
 
+# Four CPUs, but only two 700 MiB tasks fit beside Ray and the actor: the first wave
+# costs kills; from then on the node knows what `grow` needs and holds its starts.
+LATER_WAVES = memory_workload.Scenario(
+    limit_mb=3400, tasks=10, peak_mb=700, rate_mb_s=700, hold_s=0.5, stagger_s=0.2,
+    actor_mb=300, num_cpus=4,
+)  # fmt: skip
+
+
+def later_waves_problems(r: dict[str, Any], sc: memory_workload.Scenario) -> list[str]:
+    """What is wrong with a run of LATER_WAVES (empty: as it should be)."""
+    if "results" not in r:
+        return [f"no results: {r.get('driver_tail')}"]
+    out = []
+    if r["kernel_oom_kills"]:
+        out.append(f"kernel OOM kills {r['kernel_oom_kills']}")
+    if [x["status"] for x in r["results"]] != ["ok"] * sc.tasks:
+        out.append(f"statuses {[x['status'] for x in r['results']]}")
+    attempts = {x["i"]: x.get("attempt", -1) for x in r["results"]}
+    # Only the first wave (the first `num_cpus` tasks, started before anything was
+    # learned) may be killed, each at most once: its retry waits for its room.
+    later = {i: a for i, a in attempts.items() if i >= sc.num_cpus and a != 0}
+    if later:
+        out.append(f"later-wave tasks not at their first attempt: {later}")
+    first = sum(a for i, a in attempts.items() if i < sc.num_cpus)
+    if any(a > 1 for a in attempts.values()):
+        out.append(f"a task killed twice: {attempts}")
+    if r["raydbg_kills"] > first:
+        out.append(f"{r['raydbg_kills']} kills, first wave's {first}")
+    return out
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="cgroups are Linux-only")
 def test_later_waves_of_a_big_function_are_held_at_start_not_killed() -> None:
     why = _can_sandbox()
     if why:
         pytest.skip(why)
-    # Four CPUs, but only two 700 MiB tasks fit beside Ray and the actor: the first wave
-    # usually costs kills; from then on the node knows what `grow` needs and holds its
-    # starts.
-    sc = memory_workload.Scenario(
-        limit_mb=3400, tasks=10, peak_mb=700, rate_mb_s=700, hold_s=0.5, stagger_s=0.2,
-        actor_mb=300, num_cpus=4,
-    )  # fmt: skip
+    sc = LATER_WAVES
     r = memory_workload.run("raydbg", sc, timeout=140)
-    assert "results" in r, r.get("driver_tail")
-    assert r["kernel_oom_kills"] == 0
-    assert [x["status"] for x in r["results"]] == ["ok"] * sc.tasks
-    # Without holding, every wave of four would cost kills (room for two). At 700 MiB/s
-    # a second-wave pair admitted into room it fits can still meet a trend kill (the
-    # trend projection does not know where tasks stop), so up to 5, not 3: 3 failed
-    # about half the runs on a quiet machine, before this session's changes too. And 0
-    # when the trend hold keeps the first wave's second pair at its start (seen in CI).
-    assert r["raydbg_kills"] <= 5, [e["message"] for e in r["events"]]
+    assert later_waves_problems(r, sc) == [], [e["message"] for e in r.get("events", [])]
     assert any("its function's tasks reach on this node fit" in ln for ln in r["raydbg_lines"])

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import os
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from raydbg.memory.identity import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
 from raydbg.memory.measure import NodeMemory, Roots
 from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
 from raydbg.memory.procs import ProcMem
-from raydbg.memory.whois import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -53,13 +54,25 @@ class FakeMeasurer:
 
 
 class FakeWho:
+    """Candidates as given, with the kills the monitor reported (the KV's `killed/` records
+    in production: the one count of kills, read back by identity.Resolver)."""
+
     def __init__(self, cands: list[Candidate]) -> None:
         self.cands = cands
         self.calls = 0
+        self.kills: dict[str, int] = {}
+
+    def killed(self, c: Candidate, event: dict[str, Any]) -> None:
+        ident = c.task_id or c.actor_id or ""
+        self.kills[ident] = c.prior_kills + 1
 
     def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Candidate]:
         self.calls += 1
-        return [c for c in self.cands if c.pid in procs]
+        return [
+            replace(c, prior_kills=self.kills.get(c.task_id or c.actor_id or "", c.prior_kills))
+            for c in self.cands
+            if c.pid in procs
+        ]
 
 
 class Clock:
@@ -92,8 +105,10 @@ def make(
     events: list[dict[str, Any]] = []
     dead: set[int] = set()
     clock = Clock()
+    who = FakeWho(cands)
     mon = MemoryMonitor(
-        FakeWho(cands),
+        who,
+        on_kill=who.killed,
         kill=killed.append,
         record_event=events.append,
         measurer=FakeMeasurer(Roots(proc=proc), used),  # type: ignore[arg-type]
@@ -115,6 +130,7 @@ def task(pid: int, mem: int, start: float, retries: int | None = 3, **kw: Any) -
         retries_left=retries,
         name=kw.pop("name", "grow"),
         task_id=kw.pop("task_id", f"t{pid}"),
+        function_id=kw.pop("function_id", "fgrow"),
         **kw,
     )
 
@@ -126,28 +142,28 @@ def test_far_from_threshold_is_cheap(tmp_path: Path) -> None:
 
 
 def test_pressure_flag_is_up_exactly_while_above_the_high_mark(tmp_path: Path) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
     # high mark = 0.9 - 0.05 / 2 = 0.875 of LIMIT
     used = [int(0.5 * LIMIT), int(0.88 * LIMIT), int(0.88 * LIMIT), int(0.8 * LIMIT)]
     mon, *_ = make(tmp_path, used, [])
-    assert mon.flag == local.flag_path("n1")
+    assert mon.flag == node_files.flag_path("n1")
     seen = []
     for _ in used:
         mon.poll()
-        seen.append(local.flag_up(mon.flag))
+        seen.append(node_files.flag_up(mon.flag))
     assert seen == [False, True, True, False]
     mon.poll()  # still above? no: 0.8 again
     mon.measurer.used = [int(0.9 * LIMIT)]  # type: ignore[attr-defined]
     mon.measurer.reads = 0  # type: ignore[attr-defined]
     mon.poll()
-    assert local.flag_up(mon.flag)
+    assert node_files.flag_up(mon.flag)
     mon.stop()
     assert not mon.flag.exists()
 
 
 def test_pressure_flag_says_trend_while_growth_heads_past_the_high_mark(tmp_path: Path) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
     # 0.5 of LIMIT growing at 0.4 GiB/s: 3.5 s to the high mark (0.875), past the 2 s
     # horizon: no flag. At 0.7 of LIMIT and the same growth, 1.75 s: "trend". Growth
@@ -158,7 +174,7 @@ def test_pressure_flag_says_trend_while_growth_heads_past_the_high_mark(tmp_path
     seen = []
     for _ in used:
         mon.poll()
-        seen.append(local.flag_reason(mon.flag) if local.flag_up(mon.flag) else "")
+        seen.append(node_files.flag_reason(mon.flag) if node_files.flag_up(mon.flag) else "")
         clock.t += 0.5
     assert seen[:3] == ["", "", ""]
     assert "trend" in seen[3:6]
@@ -167,7 +183,7 @@ def test_pressure_flag_says_trend_while_growth_heads_past_the_high_mark(tmp_path
     mon.measurer.used = [int(0.88 * LIMIT)]  # type: ignore[attr-defined]
     mon.measurer.reads = 0  # type: ignore[attr-defined]
     mon.poll()
-    assert local.flag_reason(mon.flag) == "memory"
+    assert node_files.flag_reason(mon.flag) == "memory"
 
 
 def test_warm_band_polls_fast_and_scans_without_deciding(tmp_path: Path) -> None:
@@ -182,7 +198,7 @@ def test_warm_band_polls_fast_and_scans_without_deciding(tmp_path: Path) -> None
 
 
 def test_kills_policy_victim_and_explains(tmp_path: Path) -> None:
-    zero = task(1, 2 * GiB, 5, retries=0, name="precious")
+    zero = task(1, 2 * GiB, 5, retries=0, name="precious", function_id="fprecious")
     old = task(2, 600 * MiB, 1)
     new = task(3, 500 * MiB, 9)
     idle_small = Candidate(pid=4, memory=10 * MiB, kind=IDLE)
@@ -419,19 +435,19 @@ def test_resolver_degrades_to_unknown_when_gcs_fails(tmp_path: Path) -> None:
 
 
 def test_local_records_roundtrip_and_prune(tmp_path: Path) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
     d = tmp_path / "run"
-    local.write_running("t1", 2, "grow", "01000000", d)
+    node_files.write_running("t1", 2, "grow", "01000000", d)
     me = os.getpid()
-    assert local.read_running([me, 1], d)[me]["attempt"] == 2
+    assert node_files.read_running([me, 1], d)[me]["attempt"] == 2
     write(d / "999999999", "{}")
     write(d / "junk", "x")
-    assert local.prune(d) == 1 and {p.name for p in d.iterdir()} == {"junk", str(me)}
+    assert node_files.prune(d) == 1 and {p.name for p in d.iterdir()} == {"junk", str(me)}
 
 
 def test_a_record_matches_the_title_ray_gives_its_task() -> None:
-    from raydbg.memory.local import matches_title
+    from raydbg.memory.node_files import matches_title
 
     assert matches_title("grow", "grow") and matches_title("__main__.grow", "grow")
     # options(name=...) and Ray Data name the task, and the title is up to the first space.
@@ -442,7 +458,7 @@ def test_a_record_matches_the_title_ray_gives_its_task() -> None:
 
 
 def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
-    from raydbg.memory.whois import merge_local
+    from raydbg.memory.identity import merge_local
 
     gcs = [TaskRow("old", 0, "f", "j", "caller", 10, "n", 100.0)]
     recs = {
@@ -468,7 +484,7 @@ class FreshView(BrokenView):
 
 
 def test_resolver_knows_a_fresh_task_from_its_local_record(tmp_path: Path) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
     proc = tmp_path / "proc"
     write(proc / "1" / "cmdline", "ray::grow\0")
@@ -480,7 +496,7 @@ def test_resolver_knows_a_fresh_task_from_its_local_record(tmp_path: Path) -> No
     r = Resolver(FreshView(), roots=Roots(proc=proc), run_dir=d)
     (c,) = r.candidates({1: pm(1, GiB)}, {})
     assert (c.task_id, c.retries_left, c.owner) == ("t1", 0, "drv") and not c.retriable
-    assert local.read_running([1], d)
+    assert node_files.read_running([1], d)
 
 
 def test_resolver_skips_tasks_held_at_start(tmp_path: Path) -> None:

@@ -42,11 +42,6 @@ def test_below_threshold_does_nothing() -> None:
     assert d.action == "none" and d.victims == ()
 
 
-def test_round_in_flight_waits() -> None:
-    d = decide(Snapshot(OVER, LIMIT, (task(1, 4 * GiB, 1),), pending=(77,)), CFG)
-    assert d.action == "wait" and d.victims == () and d.trigger == "threshold"
-
-
 def test_nothing_to_kill() -> None:
     d = decide(Snapshot(OVER, LIMIT, ()), CFG)
     assert d.action == "nothing-to-kill" and d.need > 0
@@ -222,6 +217,39 @@ def test_trend_acts_before_threshold() -> None:
     assert (d.trigger, d.action, d.victims) == ("trend", "none", ())
 
 
+def test_growth_toward_a_known_peak_is_counted_only_up_to_it() -> None:
+    # Two tasks the gate admitted into room that fits their peaks (2.5 GiB each), each
+    # growing at 1 GiB/s: 0.3 GiB more each, and the node stays under the 9 GiB threshold.
+    def pair(peak: int) -> tuple[Candidate, ...]:
+        return tuple(
+            task(i, int(2.2 * GiB), i, growth=1.0 * GiB, expected_peak=peak,
+                 peak_source="learned" if peak else "unknown")
+            for i in (1, 2)
+        )  # fmt: skip
+
+    used = int(8.2 * GiB)
+    unknown = decide(Snapshot(used, LIMIT, pair(0), growth=2.0 * GiB), CFG)
+    assert (unknown.trigger, unknown.action) == ("trend", "kill")  # 8.2 + 2 x 1 s > 10
+    known = decide(Snapshot(used, LIMIT, pair(int(2.5 * GiB)), growth=2.0 * GiB), CFG)
+    assert (known.trigger, known.action) == (None, "none")  # 8.2 + 2 x 0.3 < 10
+    # Near its peak a kill frees its memory plus only what it still had to grow.
+    over = decide(Snapshot(OVER, LIMIT, pair(int(2.3 * GiB)), growth=2.0 * GiB), CFG)
+    assert over.victims[0].freed == int(2.3 * GiB)
+    # Past its expected peak the estimate was wrong: its growth counts in full again.
+    past = pair(2 * GiB)
+    d = decide(Snapshot(used, LIMIT, past, growth=2.0 * GiB), CFG)
+    assert (d.trigger, d.action) == ("trend", "kill")
+    assert d.victims[0].freed == int(2.2 * GiB) + int(0.5 * GiB)
+
+
+def test_a_kill_that_frees_nothing_is_never_made() -> None:
+    fresh = task(1, 0, 5)  # the newest, but it has allocated nothing yet
+    d = decide(Snapshot(OVER, LIMIT, (fresh, task(2, 2 * GiB, 1, owner="b"))), CFG)
+    assert [v.candidate.pid for v in d.victims] == [2]
+    alone = decide(Snapshot(OVER, LIMIT, (fresh,)), CFG)
+    assert alone.action == "nothing-to-kill"
+
+
 def test_min_free_trigger() -> None:
     cfg = PolicyConfig(threshold=0.99, min_free=2 * GiB, margin=0.0)
     d = decide(Snapshot(used=int(8.5 * GiB), limit=LIMIT, candidates=(task(1, GiB, 1),)), cfg)
@@ -270,9 +298,10 @@ def snapshots(draw: st.DrawFn) -> Snapshot:
 @given(snapshots())
 def test_prop_never_empty_when_over_and_candidates(snap: Snapshot) -> None:
     d = decide(snap, CFG)
-    if d.trigger in ("threshold", "min-free") and snap.candidates:
+    useful = [c for c in snap.candidates if CFG_FREED(c) > 0]  # a 0-byte kill is never made
+    if d.trigger in ("threshold", "min-free") and useful:
         assert d.action == "kill" and d.victims
-    if d.trigger == "trend" and snap.candidates:
+    if d.trigger == "trend" and useful:
         assert (d.action == "kill") == (d.need > 0)
     if d.trigger is None:
         assert d.action == "none" and not d.victims
@@ -286,8 +315,13 @@ def test_prop_retriable_exhausted_before_non_retriable(snap: Snapshot) -> None:
     for i, v in enumerate(d.victims):
         if not v.candidate.retriable:
             need_left = d.need - sum(x.freed for x in d.victims[:i])
-            # No retriable candidate was left that alone (or together) would free enough.
-            left = [c for c in snap.candidates if c.retriable and c.pid not in chosen]
+            # No retriable candidate was left that alone (or together) would free enough
+            # (one that frees nothing is never killed).
+            left = [
+                c
+                for c in snap.candidates
+                if c.retriable and c.pid not in chosen and CFG_FREED(c) > 0
+            ]
             assert not left
             assert all(CFG_FREED(c) < need_left for c in left)
 
@@ -307,7 +341,8 @@ def test_prop_freed_covers_deficit_when_possible_and_no_extra_kill(snap: Snapsho
     assert got - d.victims[-1].freed < d.need  # the last kill was needed
     if got >= d.need:
         return
-    left = [c for c in snap.candidates if c.pid not in {v.candidate.pid for v in d.victims}]
+    chosen = {v.candidate.pid for v in d.victims}
+    left = [c for c in snap.candidates if c.pid not in chosen and CFG_FREED(c) > 0]
     if total >= d.need:
         # Short only where non-retriable work is held back: all left are non-retriable and
         # (retriable kills happened this round, or a trend, or the real excess is covered).

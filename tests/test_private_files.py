@@ -12,7 +12,7 @@ import pytest
 
 from raydbg import auth, config
 from raydbg.agent.monitor_state import START_GRACE_S, MonitorWatch
-from raydbg.memory import local, service
+from raydbg.memory import node_files, service
 from raydbg.private_dir import UnsafeDirError, check_private, create_new, private_dir
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.jsonl import JsonlFile
@@ -79,10 +79,10 @@ def test_run_dir_records_flags_and_reservations_never_follow_a_symlink(
     (run / f"reserve-{os.getpid()}").symlink_to(bait)
     (run / "pressure-n1").symlink_to(bait)
     with pytest.raises(OSError) as e:
-        local.RunningRecord(run).write_static("t", 0, '"name": "f"')
+        node_files.RunningRecord(run).write_static("t", 0, '"name": "f"')
     assert e.value.errno == errno.ELOOP
-    local.reserve(1 << 30, run)  # refused quietly: the gate never breaks a task
-    local.set_flag(run / "pressure-n1", True, "1 2 memory")
+    node_files.reserve(1 << 30, run)  # refused quietly: the gate never breaks a task
+    node_files.set_flag(run / "pressure-n1", True, "1 2 memory")
     assert bait.read_text() == "untouched"
 
 
@@ -91,11 +91,11 @@ def test_an_unsafe_run_dir_is_refused(tmp_path: Path, monkeypatch: pytest.Monkey
     shared.mkdir()
     os.chmod(shared, 0o777)
     with pytest.raises(UnsafeDirError, match="has mode 777"):
-        local.ensure_run_dir(shared)
+        node_files.ensure_run_dir(shared)
     other = _other_users_dir(tmp_path / "others")
     with pytest.raises(UnsafeDirError, match=f"belongs to uid {NOBODY}"):
-        local.ensure_run_dir(other)
-    local.reserve(5, other)  # the gate's writes refuse it too (an OSError they already handle)
+        node_files.ensure_run_dir(other)
+    node_files.reserve(5, other)  # the gate's writes refuse it too (an OSError they already handle)
     assert list(other.iterdir()) == []
 
 

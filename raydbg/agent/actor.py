@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import raydbg
-from raydbg import config, registry
+from raydbg import _ray_internals, config, registry
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer
@@ -158,7 +158,9 @@ def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
     """The memory monitor runs as its own process (out of the OOM killer's first pick, which
     every Ray worker, this agent included, is); one per node however often the agent restarts.
     `watch` learns whether it is switched off or could not be spawned."""
-    if os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower() in ("0", "off", "false"):
+    from raydbg.memory.settings import Settings
+
+    if Settings.from_env().monitor == "off":
         watch.off = True
         return None
     try:
@@ -166,7 +168,7 @@ def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
 
         from raydbg.memory import service
 
-        logs = ray._private.worker._global_node.get_logs_dir_path()  # type: ignore[attr-defined]
+        logs = Path(_ray_internals.session_dir() or ".") / "logs"
         return service.spawn(
             ray.get_runtime_context().gcs_address, node_id, watch_pid=os.getppid(),
             protect=(os.getpid(),), log_path=str(Path(logs) / "raydbg_memory.log"),
@@ -180,9 +182,9 @@ def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
 def _write_gateway_file(gateway: dict[str, Any]) -> None:
     """Local clients on the head find the gateway here without connecting to Ray."""
     try:
-        import ray
-
-        session_dir = ray._private.worker._global_node.get_session_dir_path()  # type: ignore[attr-defined]
+        session_dir = _ray_internals.session_dir()
+        if session_dir is None:
+            return
         # The session dir is open to every local user: our own 0700 dir inside it.
         path = private_dir(session_dir) / "gateway.json"
         tmp = path.with_name(f".gateway.json.{os.getpid()}")

@@ -2,20 +2,11 @@
 
 from __future__ import annotations
 
-from raydbg import auth, registry
+from raydbg import _ray_internals, auth, registry
 
 
 def ray_auth_token() -> str | None:
-    try:
-        from ray._private.authentication.authentication_utils import is_token_auth_enabled
-        from ray._raylet import AuthenticationTokenLoader  # type: ignore[attr-defined]
-
-        if is_token_auth_enabled():
-            raw = AuthenticationTokenLoader.instance().get_raw_token()
-            return raw.decode() if isinstance(raw, bytes) else str(raw)
-    except Exception:
-        return None
-    return None
+    return _ray_internals.ray_auth_token()
 
 
 def _raydbg_token() -> str:

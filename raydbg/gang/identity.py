@@ -133,7 +133,7 @@ def node_workers(node_id: str, node_ip: str, pids: set[int] | None = None,
     ids = {pid: base_identity(pid, title, node_id, node_ip) for pid, title in procs.items()}
     if not ids:
         return []
-    from raydbg.memory.whois import GcsView
+    from raydbg.memory.identity import GcsView
 
     view = GcsView()
     apply_actors(ids, view.actors(node_id))

@@ -3,12 +3,12 @@
 Why: Ray starts as many tasks as there are CPUs, whatever they will allocate. When a
 function's tasks together outgrow the node, a monitor can only kill (Ray's does, in
 every wave of work). Once the node has seen how far a function's tasks grow, the start
-gate (gate.py) can hold the next one at its start until that fits, so the second and
+gate (start_gate.py) can hold the next one at its start until that fits, so the second and
 later waves of a big-memory function need no kill at all.
 
 The monitor (monitor.py) observes, whenever it scans processes (near the threshold, and
 in decision rounds): each busy worker's anonymous memory, counted toward the function
-its local record names (local.py). The learned peak of a function is the most any of its
+its local record names (node_files.py). The learned peak of a function is the most any of its
 tasks held on this node: for a killed attempt a lower bound, which is still the best
 guess. A peak is *complete* once a task of the function was seen to end on its own (its
 worker, still alive, moved on to something else): only then is it the function's true
@@ -26,17 +26,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg.memory import local
+from raydbg.memory import node_files
 
 
 def peaks_path(node_id: str, directory: Path | None = None) -> Path:
-    return (directory or local.run_dir()) / f"peaks-{node_id}"
+    return (directory or node_files.run_dir()) / f"peaks-{node_id}"
 
 
 class PeakLearner:
     """The monitor's side: observe per-process memory, publish the big functions' peaks."""
 
-    def __init__(self, path: Path | None, min_fraction: float = 0.05, every_s: float = 1.0):
+    def __init__(self, path: Path | None, min_fraction: float = 0.05, every_s: float = 0.25):
         self.path = path
         self.min_fraction = min_fraction
         self.every_s = every_s
@@ -59,7 +59,7 @@ class PeakLearner:
             # not held at its start (it holds nothing of the task yet).
             if not fn or r.get("held") or title is None or pid not in memory:
                 continue
-            if not local.matches_title(str(r.get("name", "")), title):
+            if not node_files.matches_title(str(r.get("name", "")), title):
                 continue
             running[pid] = (str(r.get("task_id")), fn)
             if memory[pid] > self.peaks.get(fn, 0):
@@ -69,6 +69,11 @@ class PeakLearner:
             if pid in memory and running.get(pid, ("", ""))[0] != task_id:
                 self.complete.add(fn)
         self._running = running
+
+    def note(self, function_id: str, memory: int) -> None:
+        """A task of `function_id` was seen holding `memory` (a decision round's candidate)."""
+        if memory > self.peaks.get(function_id, 0):
+            self.peaks[function_id] = memory
 
     def publish(self, limit: int, now: float | None = None) -> bool:
         """Write the big functions' peaks when they changed (at most every `every_s`)."""
@@ -81,9 +86,9 @@ class PeakLearner:
             return False
         self._last_publish = now
         try:
-            local.ensure_run_dir(self.path.parent)
+            node_files.ensure_run_dir(self.path.parent)
             tmp = self.path.with_name(self.path.name + f".{os.getpid()}")
-            local.write_file(tmp, json.dumps(big))
+            node_files.write_file(tmp, json.dumps(big))
             os.replace(tmp, self.path)  # readers never see half a file
         except OSError:
             return False
@@ -94,7 +99,7 @@ class PeakLearner:
 class PeakTable:
     """The gate's side: the node's published peaks, re-read at most every `every_s`."""
 
-    def __init__(self, path: Path | str | None, every_s: float = 0.5) -> None:
+    def __init__(self, path: Path | str | None, every_s: float = 0.25) -> None:
         self.path = path
         self.every_s = every_s
         self.peaks: dict[str, int] = {}

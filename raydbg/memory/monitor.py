@@ -15,17 +15,25 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from raydbg.memory import local
-from raydbg.memory.admission import env_float
+from raydbg.memory import node_files
+from raydbg.memory.identity import titles
 from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
 from raydbg.memory.metrics import Metrics
-from raydbg.memory.policy import Candidate, Decision, PolicyConfig, Snapshot, decide, trigger_of
+from raydbg.memory.policy import (
+    Candidate,
+    Decision,
+    PolicyConfig,
+    Snapshot,
+    decide,
+    marks,
+    trigger_of,
+)
 from raydbg.memory.procs import ProcMem, scan
-from raydbg.memory.whois import titles
+from raydbg.memory.settings import Settings
 
 log = logging.getLogger("raydbg.memory")
 
@@ -48,26 +56,21 @@ class MonitorConfig:
 
     @classmethod
     def from_env(cls) -> MonitorConfig:
-        raw = os.environ.get("RAYDBG_MEMORY_MONITOR", "on").strip().lower()
-        mode = {"0": "off", "off": "off", "false": "off", "dry-run": "dry-run", "dryrun": "dry-run"}
-        policy = PolicyConfig(
-            threshold=env_float("RAYDBG_MEMORY_THRESHOLD", 0.9),
-            min_free=int(env_float("RAYDBG_MEMORY_MIN_FREE", 0)),
-            margin=env_float("RAYDBG_MEMORY_MARGIN", 0.05),
-            horizon_s=env_float("RAYDBG_MEMORY_HORIZON_S", 0.5),
-            project_s=env_float("RAYDBG_MEMORY_PROJECT_S", 0.25),
-        )
+        return cls.of(Settings.from_env())
+
+    @classmethod
+    def of(cls, s: Settings) -> MonitorConfig:
         return cls(
-            mode=mode.get(raw, "on"),
-            policy=policy,
-            refresh_s=env_float("RAYDBG_MEMORY_REFRESH_S", 0.25),
-            fast_refresh_s=env_float("RAYDBG_MEMORY_FAST_REFRESH_S", 0.05),
-            hold_horizon_s=env_float("RAYDBG_MEMORY_HOLD_HORIZON_S", 2.0),
+            mode=s.monitor,
+            policy=s.policy,
+            refresh_s=s.refresh_s,
+            fast_refresh_s=s.fast_refresh_s,
+            hold_horizon_s=s.hold_horizon_s,
         )
 
 
 class Who(Protocol):
-    """Turns the node's processes into policy candidates (whois.Resolver in production)."""
+    """Turns the node's processes into policy candidates (identity.Resolver in production)."""
 
     def candidates(
         self, procs: dict[int, ProcMem], growth: dict[int, float]
@@ -119,6 +122,8 @@ def _cand_dict(c: Candidate) -> dict[str, Any]:
         "attempt": c.attempt,
         "owner": c.owner,
         "prior_kills": c.prior_kills,
+        "expected_peak": c.expected_peak,
+        "peak_source": c.peak_source,
     }
 
 
@@ -148,7 +153,6 @@ class MemoryMonitor:
         self.on_kill = on_kill
         self.pending: dict[int, float] = {}  # victim pid -> kill time
         self.event_ids: dict[int, str] = {}  # victim pid -> id of the event explaining it
-        self.kills: dict[str, int] = {}  # task/actor id -> raydbg kills (burn-out guard)
         self.node_growth = Growth()
         self.proc_growth: dict[int, Growth] = {}
         self.procs: dict[int, ProcMem] = {}
@@ -162,13 +166,11 @@ class MemoryMonitor:
         self.stats: dict[str, Any] = {"polls": 0, "scans": 0, "rounds": 0, "kills": 0}
         self._stop = threading.Event()
         self._metrics = Metrics()
-        # Workers of this node check it at task start (gate.py); None: no flag (tests).
-        self.flag = local.flag_path(node_id) if node_id else None
+        # Workers of this node check it at task start (start_gate.py); None: no flag (tests).
+        self.flag = node_files.flag_path(node_id) if node_id else None
         self._flag_on = False
-        # Largest memory seen per task name in decision rounds: what a retry of a killed
-        # attempt (killed on its way up) will likely need again (gate.py waits for it).
-        self.peaks: dict[str, int] = {}
-        # Per function: the most its tasks held here; published for the gate's admission.
+        # Per function: the most its tasks held here (the one table of learned peaks): the
+        # gate's admission, the policy's expected peaks and a killed attempt's retry room.
         self.learner = PeakLearner(peaks_path(node_id) if node_id else None)
 
     # -- the loop -------------------------------------------------------------------
@@ -185,29 +187,34 @@ class MemoryMonitor:
     def stop(self) -> None:
         self._stop.set()
         if self.flag is not None:
-            local.set_flag(self.flag, False)
-
-    def high_mark(self) -> float:
-        """Fraction of the limit above which the gate holds new task starts."""
-        return self.config.policy.threshold - self.config.policy.margin / 2
+            node_files.set_flag(self.flag, False)
 
     def _update_flag(self, node: NodeMemory, growth: float) -> None:
         """Up while the node is above the high mark ("memory") or heading there within
         `hold_horizon_s` ("trend"); the gate holds new task starts while it is up."""
-        high = self.high_mark() * node.limit
+        high = marks(node.limit, self.config.policy)[1]
         over = node.used >= high
         trend = not over and growth > 0 and node.used + growth * self.config.hold_horizon_s >= high
         on = over or trend
         if self.flag is not None and (on or self._flag_on):
             reason = "trend" if trend else "memory"
-            local.set_flag(self.flag, on, f"{node.used} {node.limit} {reason}")  # fresh while on
+            node_files.set_flag(self.flag, on, f"{node.used} {node.limit} {reason}")  # fresh while on
         self._flag_on = on
 
     def poll(self) -> float:
-        cfg = self.config
-        if cfg.mode == "off":
+        if self.config.mode == "off":
             return 1.0
         now = self.clock()
+        delay = self._poll(now)
+        if self.last is not None:
+            # Every poll, not only after scans: the last peaks a decision round learned
+            # must reach the gate even when the node calms down at once (a stale, lower
+            # peak let three 730 MiB tasks in where two fit: seen).
+            self.learner.publish(self.last.limit, now)
+        return delay
+
+    def _poll(self, now: float) -> float:
+        cfg = self.config
         # Reap before measuring: a victim that exits between a reading and the reap would
         # leave a reading that still holds its memory, and a second, needless kill (seen).
         self._reap(now)
@@ -237,8 +244,9 @@ class MemoryMonitor:
         if self.pending or now < self._dry_until:
             return cfg.fast_refresh_s  # one round in flight: wait for the victims to go
         rates = self._scan(now)
-        cands = [_with_kills(c, self.kills) for c in self.who.candidates(self.procs, rates)]
-        snap = Snapshot(node.used, node.limit, tuple(cands), growth, tuple(self.pending))
+        rooms = node_files.rooms(self.flag.parent if self.flag is not None else None)
+        cands = [self._known_of(c, rooms) for c in self.who.candidates(self.procs, rates)]
+        snap = Snapshot(node.used, node.limit, tuple(cands), growth)
         decision = decide(snap, cfg.policy)
         self.last_decision = decision
         if decision.action == "kill":
@@ -272,12 +280,24 @@ class MemoryMonitor:
 
     def _learn(self, now: float) -> None:
         """Count each busy worker's memory toward the function it runs (learn.py)."""
-        recs = local.read_running(list(self.procs))
+        recs = node_files.read_running(list(self.procs))
         if recs:
             memory = {pid: pm.memory for pid, pm in self.procs.items()}
             self.learner.observe(memory, recs, titles(recs, self.measurer.roots))
-        if self.last is not None:
-            self.learner.publish(self.last.limit, now)
+
+    def _known_of(self, c: Candidate, rooms: dict[int, int]) -> Candidate:
+        """`c` with its expected peak: its function's complete learned peak, else the room
+        the gate admitted it with, else unknown."""
+        peak, source = 0, "unknown"
+        if c.kind == "task":
+            fn = c.function_id or ""
+            if fn in self.learner.complete and self.learner.peaks.get(fn, 0) > 0:
+                peak, source = self.learner.peaks[fn], "learned"
+            elif rooms.get(c.pid, 0) > 0:
+                peak, source = rooms[c.pid], "reservation"
+        if source == "unknown":
+            return c
+        return replace(c, expected_peak=peak, peak_source=source)
 
     def _reap(self, now: float) -> None:
         for pid, t in list(self.pending.items()):
@@ -301,8 +321,8 @@ class MemoryMonitor:
         dry = cfg.mode == "dry-run"
         round_id = secrets.token_hex(4)
         for x in cands:
-            if x.kind == "task" and x.name:
-                self.peaks[x.name] = max(self.peaks.get(x.name, 0), x.memory)
+            if x.kind == "task" and x.function_id:
+                self.learner.note(x.function_id, x.memory)
         self.stats["rounds"] += 1
         top = sorted(self.procs.values(), key=lambda p: p.memory, reverse=True)[:10]
         for v in d.victims:
@@ -325,9 +345,6 @@ class MemoryMonitor:
                 self._dry_until = now + cfg.dry_run_cooldown_s
             else:
                 self.pending[c.pid] = now
-            ident = c.task_id or c.actor_id
-            if ident and not dry:
-                self.kills[ident] = self.kills.get(ident, 0) + 1
             self.stats["kills"] += 0 if dry else 1
             self._metrics.kill(c.kind, dry, reaction, self.node_id)
             try:
@@ -392,7 +409,9 @@ class MemoryMonitor:
                     "reason": reason,
                     # What its next attempt is expected to need (the gate holds it until
                     # that fits): at least what it had, at most what its kind reached.
-                    "expected_peak": max(c.memory, self.peaks.get(c.name, 0)),
+                    "expected_peak": max(
+                        c.memory, c.expected_peak, self.learner.peaks.get(c.function_id or "", 0)
+                    ),
                 },
                 "candidates": [_cand_dict(x) for x in d.order[:50]],
                 "top_consumers": [
@@ -412,13 +431,3 @@ class MemoryMonitor:
             "pending": sorted(self.pending),
             **self.stats,
         }
-
-
-def _with_kills(c: Candidate, kills: dict[str, int]) -> Candidate:
-    ident = c.task_id or c.actor_id
-    mine = kills.get(ident, 0) if ident else 0
-    if mine > c.prior_kills:
-        from dataclasses import replace
-
-        return replace(c, prior_kills=mine)
-    return c

@@ -20,6 +20,14 @@ order that alone frees what is still needed is chosen (one kill rather than seve
 when none does, simply the first in preference order. Stop as soon as the deficit
 is covered. The deficit counts the node's growth over `project_s` (the time until
 the next round can act), and a growing victim's freed memory counts its own.
+
+Expected peaks: a candidate may carry what its whole process is expected to reach
+(`expected_peak`: its function's complete learned peak, or the room the start gate
+admitted it with). A task growing toward a known peak is counted only up to that peak,
+in the trend trigger, in the projected deficit and in what its kill frees: the gate
+admitted it into room that fits that peak, so killing it for growth it will not have
+would undo the gate's work. A task past its expected peak counts as unknown (growth
+uncapped): the estimate was wrong.
 """
 
 from __future__ import annotations
@@ -28,10 +36,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 IDLE, TASK, ACTOR = "idle", "task", "actor"
-TIER_NAMES = (
+STAGE_NAMES = (  # by stage (the one ordering, see the module docstring)
     "idle worker",
     "retriable task",
     "restartable actor",
+    "idle worker",
     "non-retriable task",
     "non-restartable actor",
 )
@@ -55,19 +64,15 @@ class Candidate:
     growth: float = 0.0  # bytes/s, measured by the monitor
     gpu_memory: int = 0
     prior_kills: int = 0  # how often raydbg already killed this task/actor
+    function_id: str | None = None  # a task's function (joins its learned peak)
+    expected_peak: int = 0  # bytes the process is expected to reach; 0: unknown
+    peak_source: str = "unknown"  # "learned", "reservation" or "unknown"
 
     @property
     def retriable(self) -> bool:
         if self.kind == IDLE:
             return True
         return self.retries_left is not None and (self.retries_left > 0 or self.retries_left < 0)
-
-    @property
-    def tier(self) -> int:
-        if self.kind == IDLE:
-            return 0
-        actor = self.kind == ACTOR
-        return (1 if self.retriable else 3) + (1 if actor else 0)
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,6 @@ class Snapshot:
     limit: int
     candidates: tuple[Candidate, ...] = ()
     growth: float = 0.0  # node bytes/s (smoothed)
-    pending: tuple[int, ...] = ()  # pids killed in the last round, not gone yet
 
 
 @dataclass(frozen=True)
@@ -97,7 +101,7 @@ class Victim:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str  # "none", "wait", "kill" or "nothing-to-kill"
+    action: str  # "none", "kill" or "nothing-to-kill"
     trigger: str | None  # "threshold", "min-free", "trend" or None
     threshold_bytes: int
     target_bytes: int
@@ -114,27 +118,56 @@ def threshold_bytes(limit: int, cfg: PolicyConfig) -> int:
     return max(0, t)
 
 
+def marks(limit: int, cfg: PolicyConfig) -> tuple[int, int]:
+    """(low, high) bytes: the kill target (threshold - margin), and where the start gate
+    holds fresh starts (threshold - margin/2). Every mark derives from threshold_bytes,
+    so min-free moves them all."""
+    thr = threshold_bytes(limit, cfg)
+    return max(0, thr - int(cfg.margin * limit)), max(0, thr - int(cfg.margin * limit / 2))
+
+
 def trigger_of(used: int, limit: int, growth: float, cfg: PolicyConfig) -> str | None:
-    """Why to act now, or None."""
+    """Why to act now, or None. `growth`: bytes/s, or already the bytes the node will
+    add within `cfg.horizon_s` when called by `decide` (see `grown`)."""
+    return _trigger(used, limit, max(0.0, growth) * cfg.horizon_s, cfg)
+
+
+def _trigger(used: int, limit: int, grows: float, cfg: PolicyConfig) -> str | None:
     if used >= int(limit * cfg.threshold):
         return "threshold"
     if cfg.min_free > 0 and used >= limit - cfg.min_free:
         return "min-free"
-    if growth > 0 and (limit - used) / growth < cfg.horizon_s:
+    if grows > 0 and grows > limit - used:
         return "trend"
     return None
 
 
+def own_growth(c: Candidate, seconds: float) -> float:
+    """Bytes `c` adds within `seconds`: its growth, stopped at its expected peak if it
+    is still below it."""
+    g = max(0.0, c.growth) * seconds
+    if c.expected_peak > c.memory:
+        return min(g, float(c.expected_peak - c.memory))
+    return g
+
+
+def grown(snap: Snapshot, seconds: float) -> float:
+    """Bytes the node adds within `seconds`: its growth, less what candidates with a
+    known peak would grow past it."""
+    beyond = sum(max(0.0, c.growth) * seconds - own_growth(c, seconds) for c in snap.candidates)
+    return max(0.0, max(0.0, snap.growth) * seconds - beyond)
+
+
 def freed_by(c: Candidate, cfg: PolicyConfig) -> int:
     # A growing victim also stops growing: count its growth until the next round.
-    return c.memory + int(max(0.0, c.growth) * cfg.project_s)
+    return c.memory + int(own_growth(c, cfg.project_s))
 
 
 def stage(c: Candidate, idle_first: bool = True) -> int:
-    """Position in the preference order (see the module docstring)."""
+    """Position in the preference order (see the module docstring): the one ordering."""
     if c.kind == IDLE:
         return 0 if idle_first else 3
-    return (1, 2, 4, 5)[c.tier - 1]
+    return (1 if c.retriable else 4) + (1 if c.kind == ACTOR else 0)
 
 
 def _group_key(c: Candidate) -> str:
@@ -150,17 +183,19 @@ def preference_order(
     rest = [c for c in candidates if c.pid not in chosen]
     # Running (non-idle) tasks per caller that survive the kills chosen so far.
     alive_per_owner = Counter(c.owner for c in rest if c.kind != IDLE and c.owner is not None)
-    group_size: Counter[tuple[int, str]] = Counter((c.tier, _group_key(c)) for c in candidates)
+    group_size: Counter[tuple[int, str]] = Counter(
+        (stage(c, idle_first), _group_key(c)) for c in candidates
+    )
     group_oldest: dict[tuple[int, str], float] = {}
     for c in candidates:
-        k = (c.tier, _group_key(c))
+        k = (stage(c, idle_first), _group_key(c))
         group_oldest[k] = min(group_oldest.get(k, c.start_time), c.start_time)
 
     def last_of_caller(c: Candidate) -> bool:
         return c.kind != IDLE and c.owner is not None and alive_per_owner[c.owner] <= 1
 
     def key(c: Candidate) -> tuple[object, ...]:
-        g = (c.tier, _group_key(c))
+        g = (stage(c, idle_first), _group_key(c))
         if c.kind == IDLE:  # idle: biggest first, nothing else matters
             return (stage(c, idle_first), False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
         return (
@@ -184,7 +219,8 @@ def _gib(n: float) -> str:
 
 def _reason(
     c: Candidate,
-    tier_pool: list[Candidate],
+    pool: list[Candidate],
+    st: int,
     covers: bool,
     need_left: int,
     freed: int,
@@ -192,7 +228,7 @@ def _reason(
     better_chosen: int,
     small: bool = False,
 ) -> str:
-    parts = [TIER_NAMES[c.tier]]
+    parts = [STAGE_NAMES[st]]
     if c.kind == IDLE and small:
         parts.append("idle workers together free too little, so taken after retriable work")
     if c.kind != IDLE:
@@ -202,14 +238,14 @@ def _reason(
             parts.append("infinite retries")
         else:
             parts.append(f"{c.retries_left} retries left")
-    if c.tier > 0:
+    if c.kind != IDLE:
         parts.append(
             f"better-placed candidates already chosen: {better_chosen}"
             if better_chosen
             else "no better-placed candidate on this node"
         )
     if c.owner is not None and c.kind != IDLE:
-        group = sum(1 for x in tier_pool if x.owner == c.owner)
+        group = sum(1 for x in pool if x.owner == c.owner)
         parts.append(f"caller {c.owner[:16]} has {group} running here (newest first)")
         if last:
             parts.append("its caller's last running task: the others cannot free enough")
@@ -228,24 +264,21 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
     """The whole policy: when to act, how much to free, whom to kill and why."""
     cfg = cfg or PolicyConfig()
     thr = threshold_bytes(snap.limit, cfg)
-    target = max(0, thr - int(cfg.margin * snap.limit))
-    trig = trigger_of(snap.used, snap.limit, snap.growth, cfg)
+    target = marks(snap.limit, cfg)[0]
+    trig = _trigger(snap.used, snap.limit, grown(snap, cfg.horizon_s), cfg)
     if trig is None:
         return Decision("none", None, thr, target, 0, message="below threshold")
-    if snap.pending:
-        # One round in flight: the last victims' memory is not released yet.
-        return Decision(
-            "wait", trig, thr, target, 0,
-            message=f"waiting for {len(snap.pending)} killed worker(s) to exit",
-        )  # fmt: skip
-    projected = snap.used + int(max(0.0, snap.growth) * cfg.project_s)
+    projected = snap.used + int(grown(snap, cfg.project_s))
     need = projected - target
     if need <= 0:
         # Only a trend trigger gets here: fast growth, but not past the target in time
         # for the next round to matter. Watch (the monitor polls fast), do not kill.
         return Decision("none", trig, thr, target, 0, message="growth seen; not past target yet")
     idle_first = sum(freed_by(c, cfg) for c in snap.candidates if c.kind == IDLE) >= need
-    order_all = preference_order(snap.candidates, idle_first=idle_first)
+    # A kill that frees nothing is never worth a task (a worker that has not
+    # allocated yet): leave it out.
+    useless = frozenset(c.pid for c in snap.candidates if freed_by(c, cfg) <= 0)
+    order_all = preference_order(snap.candidates, useless, idle_first)
     if not order_all:
         return Decision(
             "nothing-to-kill", trig, thr, target, need, message="no killable worker on this node"
@@ -255,7 +288,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
     need_left = need
     held_back = ""
     while need_left > 0:
-        order = preference_order(snap.candidates, frozenset(chosen), idle_first)
+        order = preference_order(snap.candidates, frozenset(chosen) | useless, idle_first)
         if not order:
             break
         alive: Counter[str] = Counter(
@@ -274,23 +307,25 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             if trig == "trend":
                 held_back = "; non-retriable work is not killed on a trend alone"
                 break
-            if victims:
+            if any(stage(v.candidate, idle_first) < 4 for v in victims):
                 held_back = "; non-retriable work waits for the next round"
                 break
             need_left = min(need_left, snap.used - target)
             if need_left <= 0:
                 break
-        tier = [c for c in order if stage(c, idle_first) == st]
-        nonlast = [c for c in tier if not is_last(c)]
+        in_stage = [c for c in order if stage(c, idle_first) == st]
+        nonlast = [c for c in in_stage if not is_last(c)]
         # A caller's last running task is spared while the others can free enough.
         enough = sum(freed_by(c, cfg) for c in nonlast) >= need_left
-        pool = nonlast if nonlast and enough else tier
+        pool = nonlast if nonlast and enough else in_stage
         cover = [c for c in pool if freed_by(c, cfg) >= need_left]
         pick = cover[0] if cover else pool[0]
         freed = freed_by(pick, cfg)
         better = sum(1 for v in victims if stage(v.candidate, idle_first) < st)
         small = pick.kind == IDLE and st == 3
-        reason = _reason(pick, tier, bool(cover), need_left, freed, is_last(pick), better, small)
+        reason = _reason(
+            pick, in_stage, st, bool(cover), need_left, freed, is_last(pick), better, small
+        )
         victims.append(Victim(pick, reason, freed))
         chosen.add(pick.pid)
         need_left -= freed

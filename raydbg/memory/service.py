@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from raydbg import private_dir
-from raydbg.memory import local
+from raydbg.memory import node_files
 from raydbg.memory.killer import Killable, Killer, find_raylet
 from raydbg.memory.measure import NodeMeasurer
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
@@ -114,25 +114,22 @@ def build(
 
     raylet_pid: kill only that raylet's children (0: no parent check, a hand-run monitor).
     """
-    from ray._private.internal_api import get_state_from_address
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]
-
-    from raydbg import registry
-    from raydbg.memory import budget
+    from raydbg import _ray_internals, registry
+    from raydbg.memory import budgets
     from raydbg.memory.gpu import GpuReader
-    from raydbg.memory.whois import GcsView, Resolver
+    from raydbg.memory.identity import GcsView, Resolver
 
-    gcs = GcsClient(address=gcs_address)
+    gcs = _ray_internals.gcs_client(gcs_address)
     registry.use_client(gcs)
-    budget.use_client(gcs)
-    state = get_state_from_address(gcs_address)
+    budgets.use_client(gcs)
+    state = _ray_internals.gcs_state(gcs_address)
     who = Resolver(
         GcsView(state),
         node_id,
         protect={os.getpid(), os.getppid(), *protect},
         gpu=GpuReader(),
     )
-    rec = Recorder(registry, budget)
+    rec = Recorder(registry, budgets)
     killer = Killer.for_raylet(raylet_pid) if raylet_pid else Killer(None)
 
     def kill(pid: int) -> None:
@@ -244,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lock = take_lock(args.node_id, args.lock_dir)
         # The gate's records and flags live here: refuse an unsafe one now, not later.
-        local.ensure_run_dir()
+        node_files.ensure_run_dir()
         raylet = 0
         if args.raylet_check:
             # Kills reach only this node's raylet's children: find that raylet for sure.

@@ -71,11 +71,13 @@ def setup_hook() -> None:
         from raydbg.breakpoints import worker as armed_breakpoints
 
         armed_breakpoints.worker_setup()  # `raydbg break add`: arms now, then polls one KV key
-        if os.environ.get("RAYDBG_MEMORY_BUDGETS", "1") != "0":
-            # Retry budgets of nested submissions + the start gate (a stat and a pwrite a task).
-            from raydbg.memory import gate
+        from raydbg.memory.settings import switch
 
-            gate.worker_setup()
+        if switch("RAYDBG_MEMORY_BUDGETS"):
+            # Retry budgets of nested submissions + the start gate (a stat and a pwrite a task).
+            from raydbg.memory import start_gate
+
+            start_gate.worker_setup()
     _run_user_hook()
 
 

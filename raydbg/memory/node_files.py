@@ -4,14 +4,14 @@ Records of "what runs in this worker now", written at task start, read by the mo
 Why: GCS task events reach GCS about a second after a task starts (Ray batches
 them), and a task growing at 1 GB/s can fill a node within that second; a busy
 worker GCS does not know yet would count as unknown (non-retriable) and could not
-be marked for the start gate. The start gate (gate.py) already runs at every task
+be marked for the start gate. The start gate (start_gate.py) already runs at every task
 start, so it rewrites one small file per worker: one `pwrite` on a file it keeps
 open (a few us; a new file + rename per task cost ~100x that, measured).
 
 The pressure flag `pressure-<node_id>`: the monitor keeps it while the node is above
 the gate's high mark or its growth will take it there within a short horizon (content:
 "used limit memory|trend"), so that a task start normally costs one `stat`, not a
-memory read (gate.py).
+memory read (start_gate.py).
 """
 
 from __future__ import annotations
@@ -124,7 +124,7 @@ def static_fields(name: str, job_id: str, function_id: str) -> str:
 
 def matches_title(name: str, title: str | None) -> bool:
     """Does a record's task `name` name what the worker's process title (`ray::<task
-    name>`, whois.ray_title: up to the first space) says it runs now? A record outlives
+    name>`, identity.ray_title: up to the first space) says it runs now? A record outlives
     its task; the title does not."""
     if not title:
         return False
@@ -230,6 +230,23 @@ def reservations(directory: Path | None = None, proc: Path = Path("/proc")) -> l
             continue
         try:
             out.append(max(0, int((d / name).read_text()) - have))
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def rooms(directory: Path | None = None) -> dict[int, int]:
+    """pid -> the whole room each admitted task reserved (the monitor's side: what the
+    gate admitted it to reach)."""
+    d = directory or run_dir()
+    out: dict[int, int] = {}
+    try:
+        names = [n for n in os.listdir(d) if n.startswith("reserve-") and n[8:].isdigit()]
+    except OSError:
+        return out
+    for name in names:
+        try:
+            out[int(name[8:])] = int((d / name).read_text())
         except (OSError, ValueError):
             continue
     return out

@@ -2,11 +2,11 @@
 
 Sources, cheapest first:
   /proc/PID/cmdline  Ray's process title: `ray::IDLE`, `ray::<task>`, `ray::<Actor>`...
-  local records      task id + attempt per worker, written at task start (local.py)
+  local records      task id + attempt per worker, written at task start (node_files.py)
   GCS task events    running task per worker pid (attempt, parent = caller, start time)
   GCS actor table    actor per pid with max_restarts / num_restarts
   raydbg budget KV   max_retries per function (+ per call where it differs) and caller,
-                     recorded at submission (budget.py)
+                     recorded at submission (budgets.py)
 `candidates()` joins them (pure, unit-tested); `GcsView` reads the Ray side.
 """
 
@@ -18,7 +18,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from raydbg.memory import local
+from raydbg import _ray_internals
+from raydbg.memory import node_files
 from raydbg.memory.measure import Roots
 from raydbg.memory.policy import ACTOR, IDLE, TASK, Candidate
 from raydbg.memory.procs import ProcMem
@@ -191,20 +192,16 @@ def _hex(b: bytes) -> str:
 class GcsView:
     """The Ray side of who-is-who, read from GCS (works without the dashboard).
 
-    Pass a `GlobalState` (ray._private.state.state inside a connected process, or
-    `ray._private.internal_api.get_state_from_address(addr)` in a standalone one).
+    Pass a `GlobalState` (`_ray_internals.gcs_state(address)` in a standalone process);
+    None: this connected process's.
     """
 
     def __init__(self, state: Any = None) -> None:
-        if state is None:
-            import ray
-
-            state = ray._private.state.state
-        self._state = state
+        self._state = state if state is not None else _ray_internals.gcs_state()
 
     def running_tasks(self, node_id: str) -> list[TaskRow]:
         rows: list[TaskRow] = []
-        for ev in self._state._get_all_task_events():
+        for ev in _ray_internals.all_task_events(self._state):
             su = ev.state_updates
             ts = dict(su.state_ts_ns)
             if not ts or ev.task_info.type not in (0, 1, 2) or DONE_STATES & ts.keys():
@@ -230,12 +227,8 @@ class GcsView:
         return rows
 
     def actors(self, node_id: str) -> list[ActorRow]:
-        from ray.core.generated import gcs_pb2
-
-        acc = self._state._connect_and_get_accessor()
         rows: list[ActorRow] = []
-        for raw in acc.get_actor_table(None, "ALIVE"):
-            d = gcs_pb2.ActorTableData.FromString(raw)  # type: ignore[attr-defined]
+        for d in _ray_internals.alive_actor_rows(self._state):
             nid = _hex(d.address.node_id) or _hex(d.node_id)
             if node_id and nid and nid != node_id:
                 continue
@@ -260,14 +253,14 @@ class GcsView:
     ) -> dict[str, dict[str, Any]]:
         """{task id: {"max_retries", "parent", "name"}} as recorded at submission;
         `functions` (task id -> function id) finds a function's default."""
-        from raydbg.memory import budget
+        from raydbg.memory import budgets
 
-        return budget.lookup(task_ids, functions)
+        return budgets.lookup(task_ids, functions)
 
     def prior_kills(self, task_ids: list[str]) -> dict[str, int]:
-        from raydbg.memory import budget
+        from raydbg.memory import budgets
 
-        return budget.killed_counts(task_ids)
+        return budgets.killed_counts(task_ids)
 
 
 def node_id_of_self() -> str:
@@ -291,7 +284,7 @@ def merge_local(
     out = list(tasks)
     for pid, r in recs.items():
         title = titles.get(pid, "")
-        if title == "IDLE" or not local.matches_title(str(r.get("name", "")), title):
+        if title == "IDLE" or not node_files.matches_title(str(r.get("name", "")), title):
             continue  # stale: the worker has moved on to something else
         g = newest.get(pid)
         if g is not None and (g.task_id == r.get("task_id") or g.start_time >= r["start"] - 0.5):
@@ -339,19 +332,19 @@ class Resolver:
         actors: list[ActorRow] = []
         budgets: dict[str, int] = {}
         kills: dict[str, int] = {}
-        recs = local.read_running(sorted(workers), self.run_dir)
+        recs = node_files.read_running(sorted(workers), self.run_dir)
         # Held at start by the gate: nothing to free there, and a kill would burn a retry.
         held = {
             p
             for p, r in recs.items()
-            if r.get("held") and local.matches_title(str(r.get("name", "")), ti.get(p))
+            if r.get("held") and node_files.matches_title(str(r.get("name", "")), ti.get(p))
         }
         workers -= held
         self.held = held
         recs = {p: r for p, r in recs.items() if p in workers}
         if time.monotonic() - self._pruned > 60:
             self._pruned = time.monotonic()
-            local.prune(self.run_dir, self.roots.proc)
+            node_files.prune(self.run_dir, self.roots.proc)
         if self.view is not None:
             try:
                 rows = self.view.running_tasks(self.node_id)
@@ -384,4 +377,12 @@ class Resolver:
             g = self.gpu.read()
             gpu = g.per_pid if g is not None else {}
         ti = {p: t for p, t in ti.items() if p not in held}
-        return candidates(procs, ti, tasks, actors, budgets, kills, growth, gpu, self.protect)
+        out = candidates(procs, ti, tasks, actors, budgets, kills, growth, gpu, self.protect)
+        # The function of each task the gate recorded: joins its learned peak (monitor.py).
+        fn_of = {p: str(r["fn"]) for p, r in recs.items() if r.get("fn")}
+        return [
+            replace(c, function_id=fn_of[c.pid])
+            if c.pid in fn_of and c.task_id == recs[c.pid].get("task_id")
+            else c
+            for c in out
+        ]

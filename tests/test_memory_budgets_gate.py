@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -13,14 +12,14 @@ from typing import Any
 
 import pytest
 
-from raydbg.memory import admission, budget, gate, service
+from raydbg.memory import budgets, service, settings, start_gate
 from raydbg.memory.policy import Candidate
 
 GiB = 1 << 30
 
 
 class FakeGcs:
-    """The GcsClient KV calls budget.py makes."""
+    """The GcsClient KV calls budgets.py makes."""
 
     def __init__(self) -> None:
         self.kv: dict[tuple[bytes, bytes], bytes] = {}
@@ -53,6 +52,14 @@ class FakeGcs:
 
 
 @pytest.fixture(autouse=True)
+def fresh_settings() -> Any:
+    """Settings are read once per process: re-read around each test that sets variables."""
+    settings.reload()
+    yield
+    settings.reload()
+
+
+@pytest.fixture(autouse=True)
 def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "run").mkdir(mode=0o700)  # private, as raydbg requires of a run dir
@@ -62,39 +69,39 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def gcs() -> Any:
     fake = FakeGcs()
-    budget.use_client(fake)
+    budgets.use_client(fake)
     yield fake
-    budget.use_client(None)
+    budgets.use_client(None)
 
 
 TID = "c2668a65bda616c1ffffffffffffffffffffffff01000000"
 
 
 def test_keys_group_by_job() -> None:
-    assert budget.key(TID) == f"budget/01000000/{TID}"
-    assert budget.killed_key(TID) == f"killed/01000000/{TID}"
+    assert budgets.key(TID) == f"budget/01000000/{TID}"
+    assert budgets.killed_key(TID) == f"killed/01000000/{TID}"
 
 
 def test_record_flush_lookup_and_prune(gcs: FakeGcs) -> None:
-    budget.record(TID, 0, "mod.f", "parent")
-    assert budget.flush(5)
-    got = budget.lookup([TID, "00" * 24])
+    budgets.record(TID, 0, "mod.f", "parent")
+    assert budgets.flush(5)
+    got = budgets.lookup([TID, "00" * 24])
     assert list(got) == [TID] and got[TID]["max_retries"] == 0 and got[TID]["parent"] == "parent"
-    budget.mark_killed(TID, 2, "ev1", memory=GiB)
-    assert budget.killed_counts([TID]) == {TID: 2}
-    budget.prune_job("01000000")
-    assert budget.lookup([TID]) == {} and budget.killed_counts([TID]) == {}
+    budgets.mark_killed(TID, 2, "ev1", memory=GiB)
+    assert budgets.killed_counts([TID]) == {TID: 2}
+    budgets.prune_job("01000000")
+    assert budgets.lookup([TID]) == {} and budgets.killed_counts([TID]) == {}
 
 
 def test_effective_max_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert budget.effective_max_retries({"max_retries": 0}) == 0
-    assert budget.effective_max_retries({"max_retries": -1}) == -1
+    assert budgets.effective_max_retries({"max_retries": 0}) == 0
+    assert budgets.effective_max_retries({"max_retries": -1}) == -1
     monkeypatch.setenv("RAY_TASK_MAX_RETRIES", "7")
-    assert budget.effective_max_retries({}) == 7
+    assert budgets.effective_max_retries({}) == 7
     monkeypatch.delenv("RAY_TASK_MAX_RETRIES")
     from ray._common import ray_option_utils
 
-    assert budget.effective_max_retries({"max_retries": None}) == int(
+    assert budgets.effective_max_retries({"max_retries": None}) == int(
         ray_option_utils.task_options["max_retries"].default_value
     )
 
@@ -121,10 +128,10 @@ class _Gen:
 
 
 def test_task_id_of_shapes() -> None:
-    assert budget.task_id_of(_Ref("aa")) == "aa"
-    assert budget.task_id_of([_Ref("bb"), _Ref("bb")]) == "bb"
-    assert budget.task_id_of(_Gen("cc")) == "cc"
-    assert budget.task_id_of(None) is None and budget.task_id_of([]) is None
+    assert budgets.task_id_of(_Ref("aa")) == "aa"
+    assert budgets.task_id_of([_Ref("bb"), _Ref("bb")]) == "bb"
+    assert budgets.task_id_of(_Gen("cc")) == "cc"
+    assert budgets.task_id_of(None) is None and budgets.task_id_of([]) is None
 
 
 class _FunctionId:
@@ -158,7 +165,7 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
     monkeypatch.setattr(RemoteFunction, "_remote", fake_remote)
     monkeypatch.delenv("RAY_TASK_MAX_RETRIES", raising=False)
     try:
-        assert budget.install_submit_hook() and budget.install_submit_hook()  # idempotent
+        assert budgets.install_submit_hook() and budgets.install_submit_hook()  # idempotent
         fn = RemoteFunction.__new__(RemoteFunction)
         fn._function_name = "mod.grow"  # type: ignore[attr-defined]
         fn._function_descriptor = _Descriptor()  # type: ignore[assignment]
@@ -169,11 +176,11 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
         assert calls[2] == {"max_retries": 0}
         # The default once, the lowering call at once (no flush): nothing per plain call.
         keys = sorted(k.decode() for _, k in gcs.kv)
-        assert keys == [budget.key(zero), budget.function_key("01000000", "f00d")]
+        assert keys == [budgets.key(zero), budgets.function_key("01000000", "f00d")]
         more = RemoteFunction._remote(fn, args=[4], kwargs={}, max_retries=-1).task_id().hex()
-        assert budget.flush(5)
+        assert budgets.flush(5)
         fns = {t: "f00d" for t in (plain, plain2, zero, more)}
-        got = budget.lookup([plain, plain2, zero, more, "00" * 24], fns)
+        got = budgets.lookup([plain, plain2, zero, more, "00" * 24], fns)
         assert {t: r["max_retries"] for t, r in got.items()} == {
             plain: 2,
             plain2: 2,
@@ -181,20 +188,20 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
             more: -1,
         }
         assert got[zero]["name"] == "mod.grow"
-        assert budget.lookup([plain]) == {}  # no function id: unknown
-        budget.uninstall_submit_hook()
+        assert budgets.lookup([plain]) == {}  # no function id: unknown
+        budgets.uninstall_submit_hook()
         assert RemoteFunction._remote is fake_remote
     finally:
         monkeypatch.setattr(RemoteFunction, "_remote", orig)
 
 
 def test_function_default_first_writer_wins(gcs: FakeGcs) -> None:
-    assert budget.function_default("01000000", "f00d", 3) == 3
-    budget._function_defaults.clear()  # another process, whose default differs
-    assert budget.function_default("01000000", "f00d", 1) == 3
+    assert budgets.function_default("01000000", "f00d", 3) == 3
+    budgets._function_defaults.clear()  # another process, whose default differs
+    assert budgets.function_default("01000000", "f00d", 1) == 3
     tid = TID
-    budget.record_call(tid, "f00d", 1, 1, "g")  # 1 < the recorded 3: its own record
-    assert budget.lookup([tid], {tid: "f00d"})[tid]["max_retries"] == 1
+    budgets.record_call(tid, "f00d", 1, 1, "g")  # 1 < the recorded 3: its own record
+    assert budgets.lookup([tid], {tid: "f00d"})[tid]["max_retries"] == 1
 
 
 def test_wait_until_backs_off_and_gives_up() -> None:
@@ -205,37 +212,39 @@ def test_wait_until_backs_off_and_gives_up() -> None:
         sleeps.append(d)
         t[0] += d
 
-    waited = admission.wait_until(lambda: False, 5.0, sleep=sleep, clock=lambda: t[0])
-    assert sleeps[:5] == [0.05, 0.1, 0.2, 0.4, 0.5] and max(sleeps) == 0.5
-    assert 5.0 <= waited < 5.6
-    assert admission.wait_until(lambda: True, 5.0, sleep=sleep, clock=lambda: t[0]) == 0.0
+    holds: list[int] = []
+    waited = start_gate.wait_until(
+        lambda: False, 5.0, lambda: holds.append(1), sleep=sleep, clock=lambda: t[0]
+    )
+    assert sleeps[:5] == [0.02, 0.04, 0.08, 0.16, 0.25] and max(sleeps) == 0.25
+    assert 5.0 <= waited < 5.3 and holds == [1]  # on_hold once, before the first pause
+    assert start_gate.wait_until(lambda: True, 5.0, sleep=sleep, clock=lambda: t[0]) == 0.0
 
 
 def test_fits() -> None:
-    assert admission.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
-    assert not admission.fits(0.85, 2 * GiB, lambda: (2 * GiB, 4 * GiB))
+    assert start_gate.fits(GiB, lambda: (2 * GiB, 4 * GiB))
+    assert not start_gate.fits(2 * GiB, lambda: (2 * GiB, 4 * GiB))
 
 
 def test_before_task_holds_a_retry_after_a_raydbg_kill(
     monkeypatch: pytest.MonkeyPatch, gcs: FakeGcs, capsys: pytest.CaptureFixture[str], run_dir: Path
 ) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
-    budget.mark_killed(TID, 1, "ev42", memory=GiB)
-    monkeypatch.setattr(gate, "_current", lambda: (TID, 1))
+    budgets.mark_killed(TID, 1, "ev42", memory=GiB)
     used = [int(3.2 * GiB)]
-    monkeypatch.setattr(admission, "node_memory", lambda: (used[0], 4 * GiB))
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (used[0], 4 * GiB))
     held: list[bool] = []
 
     def sleep(d: float) -> None:
         # 3.2 + 1 GiB does not fit under 85% of 4 GiB: held, and the record says so.
-        held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
+        held.append(node_files.read_running([os.getpid()])[os.getpid()]["held"])
         used[0] = 2 * GiB  # 2 + 1 fits
 
-    monkeypatch.setattr(admission, "_sleep", sleep)
-    gate.before_task("grow")
+    monkeypatch.setattr(start_gate, "_sleep", sleep)
+    start_gate.before_task(TID, 1, "grow")
     assert held == [True] and "event ev42" in capsys.readouterr().err
-    rec = local.read_running([os.getpid()])[os.getpid()]
+    rec = node_files.read_running([os.getpid()])[os.getpid()]
     assert (rec["task_id"], rec["attempt"], rec["name"], rec["job_id"], rec["held"]) == (
         TID,
         1,
@@ -245,7 +254,7 @@ def test_before_task_holds_a_retry_after_a_raydbg_kill(
     )
     # Admitted: the room stays reserved until the task returns.
     assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
-    admission.release()
+    start_gate.release()
     assert not (run_dir / f"reserve-{os.getpid()}").exists()
 
 
@@ -260,11 +269,10 @@ def _peaks(run_dir: Path, table: dict[str, int]) -> Any:
 def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
     monkeypatch: pytest.MonkeyPatch, run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
-    monkeypatch.setattr(gate, "_peaks", _peaks(run_dir, {"f00d": GiB}))
-    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(admission, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    monkeypatch.setattr(start_gate, "_peaks", _peaks(run_dir, {"f00d": GiB}))
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         # Another admitted task of the function has ~1 GiB still to grow into: 2 GiB used
@@ -273,19 +281,19 @@ def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
         held: list[bool] = []
 
         def sleep(d: float) -> None:
-            held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
+            held.append(node_files.read_running([os.getpid()])[os.getpid()]["held"])
             other.kill()  # it returned: its reservation is gone with it
             other.wait()
 
-        monkeypatch.setattr(admission, "_sleep", sleep)
-        gate.before_task("grow", "f00d")
+        monkeypatch.setattr(start_gate, "_sleep", sleep)
+        start_gate.before_task(TID, 0, "grow", "f00d")
         assert held == [True]
         assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
-        assert not local.read_running([os.getpid()])[os.getpid()]["held"]
-        admission.release()
+        assert not node_files.read_running([os.getpid()])[os.getpid()]["held"]
+        start_gate.release()
         # A function not learned to be big takes the cheap path: no reservation.
-        monkeypatch.setattr(admission, "_sleep", lambda d: pytest.fail("held"))
-        gate.before_task("small", "beef")
+        monkeypatch.setattr(start_gate, "_sleep", lambda d: pytest.fail("held"))
+        start_gate.before_task(TID, 0, "small", "beef")
         assert not (run_dir / f"reserve-{os.getpid()}").exists()
     finally:
         other.kill()
@@ -295,19 +303,23 @@ def test_before_task_holds_a_big_function_until_its_learned_peak_fits(
 def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_learned_peak(
     monkeypatch: pytest.MonkeyPatch, run_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
-    flag = local.flag_path("n1", run_dir)
-    local.set_flag(flag, True, f"{2 * GiB} {4 * GiB} trend")  # the monitor: heading up
+    flag = node_files.flag_path("n1", run_dir)
+    node_files.set_flag(flag, True, f"{2 * GiB} {4 * GiB} trend")  # the monitor: heading up
     table = _peaks(run_dir, {})
-    monkeypatch.setattr(gate, "_flag", flag)
-    monkeypatch.setattr(gate, "_peaks", table)
-    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(admission, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    monkeypatch.setattr(start_gate, "_flag", flag)
+    monkeypatch.setattr(start_gate, "_peaks", table)
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
     held: list[bool] = []
 
-    def wait(ok: Any, hold_s: float) -> float:
-        held.append(local.read_running([os.getpid()])[os.getpid()]["held"])
+    real_wait = start_gate.wait_until
+
+    def wait(ok: Any, hold_s: float, on_hold: Any) -> float:
+        if held:  # the admission that follows the hold
+            return real_wait(ok, hold_s, on_hold)
+        on_hold()
+        held.append(node_files.read_running([os.getpid()])[os.getpid()]["held"])
         assert not ok()  # held while the trend flag is up
         # Meanwhile the monitor learned the function's peak and the growth stopped.
         (run_dir / "peaks-n1").write_text(json.dumps({"peaks": {"f00d": GiB}}))
@@ -316,41 +328,41 @@ def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_l
         assert ok()
         return 1.5
 
-    monkeypatch.setattr(admission, "wait_until", wait)
-    gate.before_task("grow", "f00d")
+    monkeypatch.setattr(start_gate, "wait_until", wait)
+    start_gate.before_task(TID, 0, "grow", "f00d")
     assert held == [True]
     # Looked up after the hold: admitted with the peak the hold taught, and reserved.
     assert (run_dir / f"reserve-{os.getpid()}").read_text() == str(GiB)
-    assert not local.read_running([os.getpid()])[os.getpid()]["held"]
+    assert not node_files.read_running([os.getpid()])[os.getpid()]["held"]
     assert "held 1.5s" in capsys.readouterr().err
-    admission.release()
+    start_gate.release()
 
 
 def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
     monkeypatch: pytest.MonkeyPatch, run_dir: Path
 ) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
     # A worker titled ray::grow whose record says it runs f00d: it will return, and free.
     other = subprocess.Popen(["bash", "-c", "exec -a ray::grow sleep 30"])
     try:
-        local.write_running("t", 0, "grow", "j", run_dir, function_id="f00d")
+        node_files.write_running("t", 0, "grow", "j", run_dir, function_id="f00d")
         os.replace(run_dir / str(os.getpid()), run_dir / str(other.pid))
         for _ in range(100):  # until bash has exec'd
-            if admission.siblings("f00d"):
+            if start_gate.siblings("f00d"):
                 break
             time.sleep(0.02)
-        assert admission.siblings("f00d") == 1 and admission.siblings("beef") == 0
+        assert start_gate.siblings("f00d") == 1 and start_gate.siblings("beef") == 0
         sleeps: list[float] = []
-        monkeypatch.setattr(admission, "_sleep", sleeps.append)
+        monkeypatch.setattr(start_gate, "_sleep", sleeps.append)
         read = lambda: (int(3.0 * GiB), 4 * GiB)  # noqa: E731  below the high mark (3.5)
-        admission.admit(GiB, False, 0.2, read=read, function_id="f00d")
+        start_gate.admit(GiB, False, 0.2, read=read, function_id="f00d")
         assert sleeps  # not alone: waited for the sibling
-        admission.release()
+        start_gate.release()
         sleeps.clear()
-        admission.admit(GiB, False, 0.2, read=read, function_id="beef")
+        start_gate.admit(GiB, False, 0.2, read=read, function_id="beef")
         assert not sleeps  # nothing of its kind runs: waiting would free nothing
-        admission.release()
+        start_gate.release()
     finally:
         other.kill()
         other.wait()
@@ -360,16 +372,16 @@ def test_a_learned_peak_fits_under_the_high_mark_a_killed_attempts_memory_under_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sleeps: list[float] = []
-    monkeypatch.setattr(admission, "_sleep", sleeps.append)
+    monkeypatch.setattr(start_gate, "_sleep", sleeps.append)
     # 24.5 + 10 GiB (less this process's own ~0.1 GiB) of 40: ~86%, between the low (85%)
     # and the high mark (87.5%).
     read = lambda: (int(24.5 * GiB), 40 * GiB)  # noqa: E731
-    admission.admit(10 * GiB, True, 60, read=read, learned=True)
+    start_gate.admit(10 * GiB, True, 60, read=read, learned=True)
     assert sleeps == []
-    admission.release()
-    admission.admit(10 * GiB, True, 0.2, read=read, learned=False)
+    start_gate.release()
+    start_gate.admit(10 * GiB, True, 0.2, read=read, learned=False)
     assert sleeps
-    admission.release()
+    start_gate.release()
 
 
 def test_only_a_complete_learned_peak_is_admitted_under_the_high_mark(
@@ -380,18 +392,17 @@ def test_only_a_complete_learned_peak_is_admitted_under_the_high_mark(
     run_dir.mkdir(parents=True, exist_ok=True)
     peaks = {"f00d": GiB, "beef": GiB}
     (run_dir / "peaks-n1").write_text(json.dumps({"peaks": peaks, "complete": ["f00d"]}))
-    monkeypatch.setattr(gate, "_peaks", PeakTable(run_dir / "peaks-n1"))
-    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    monkeypatch.setattr(start_gate, "_peaks", PeakTable(run_dir / "peaks-n1"))
     seen: dict[str, bool] = {}
     monkeypatch.setattr(
-        admission,
+        start_gate,
         "admit",
         lambda room, strict, hold, on_hold, **kw: (
             seen.update({kw["function_id"]: kw["learned"]}) or 0.0
         ),
     )
-    gate.before_task("grow", "f00d")
-    gate.before_task("grow", "beef")
+    start_gate.before_task(TID, 0, "grow", "f00d")
+    start_gate.before_task(TID, 0, "grow", "beef")
     assert seen == {"f00d": True, "beef": False}
 
 
@@ -400,102 +411,51 @@ def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
 ) -> None:
     # No other admitted task: nothing to wait for below the high mark (87.5%).
     sleeps: list[float] = []
-    monkeypatch.setattr(admission, "_sleep", sleeps.append)
-    assert admission.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) < 0.05
+    monkeypatch.setattr(start_gate, "_sleep", sleeps.append)
+    assert start_gate.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) < 0.05
     assert sleeps == []
-    admission.release()
+    start_gate.release()
     # A retry after a kill (strict) waits for its room, up to the longest hold.
-    admission.admit(3 * GiB, True, 0.3, read=lambda: (int(3.4 * GiB), 4 * GiB))
+    start_gate.admit(3 * GiB, True, 0.3, read=lambda: (int(3.4 * GiB), 4 * GiB))
     assert len(sleeps) >= 1
-    admission.release()
+    start_gate.release()
     # Above the high mark a big function's task waits too.
     sleeps.clear()
-    admission.admit(3 * GiB, False, 0.3, read=lambda: (int(3.6 * GiB), 4 * GiB))
+    start_gate.admit(3 * GiB, False, 0.3, read=lambda: (int(3.6 * GiB), 4 * GiB))
     assert len(sleeps) >= 1
-    admission.release()
+    start_gate.release()
 
 
 def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
-    monkeypatch.setattr(admission, "node_memory", lambda: (GiB, 4 * GiB))
-    monkeypatch.setattr(admission, "wait_until", lambda *a, **k: pytest.fail("held"))
-    gate.before_task()
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (GiB, 4 * GiB))
+    monkeypatch.setattr(start_gate, "wait_until", lambda *a, **k: pytest.fail("held"))
+    start_gate.before_task(TID, 0)
     monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "off")
-    monkeypatch.setattr(gate, "_current", lambda: pytest.fail("gate ran while off"))
-    gate.before_task()
+    settings.reload()
+    monkeypatch.setattr(start_gate.node_files, "record", lambda: pytest.fail("gate ran while off"))
+    start_gate.before_task(TID, 0)
 
 
 def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
-    flag = local.flag_path("n1", tmp_path)
-    monkeypatch.setattr(gate, "_flag", flag)
-    monkeypatch.setattr(gate, "_current", lambda: (TID, 0))
+    flag = node_files.flag_path("n1", tmp_path)
+    monkeypatch.setattr(start_gate, "_flag", flag)
     monkeypatch.setattr(
-        admission, "node_memory", lambda: pytest.fail("memory read without the flag")
+        start_gate, "node_memory", lambda: pytest.fail("memory read without the flag")
     )
-    gate.before_task("grow", "f00d")
-    rec = local.read_running([os.getpid()])[os.getpid()]
+    start_gate.before_task(TID, 0, "grow", "f00d")
+    rec = node_files.read_running([os.getpid()])[os.getpid()]
     assert (rec["fn"], rec["held"]) == ("f00d", False)
-    local.set_flag(flag, True, "x")  # the monitor: above the high mark
-    monkeypatch.setattr(admission, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
-    monkeypatch.setattr(admission, "wait_until", lambda ok, hold: 0.2)
-    gate.before_task("grow", "f00d")
+    node_files.set_flag(flag, True, "x")  # the monitor: above the high mark
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
+    monkeypatch.setattr(start_gate, "wait_until", lambda ok, hold, on_hold: 0.2)
+    start_gate.before_task(TID, 0, "grow", "f00d")
     os.utime(flag, (1, 1))  # a flag left by a monitor that died: ignored
-    monkeypatch.setattr(admission, "node_memory", lambda: pytest.fail("stale flag trusted"))
-    gate.before_task("grow", "f00d")
-
-
-def test_worker_gate_wraps_plain_functions_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ray._private.function_manager import FunctionActorManager, FunctionExecutionInfo
-
-    def plain() -> int:
-        return 1
-
-    async def coro() -> int:
-        return 2
-
-    def gen() -> Any:
-        yield 3
-        yield 4
-
-    class Desc:
-        function_id = _FunctionId()
-
-        def __init__(self, kind: str) -> None:
-            self.kind = kind
-
-        def is_actor_method(self) -> bool:
-            return self.kind == "actor"
-
-    infos = {
-        "task": FunctionExecutionInfo(plain, "plain", 0),
-        "actor": FunctionExecutionInfo(plain, "A.m", 0),
-        "async": FunctionExecutionInfo(coro, "coro", 0),
-        "gen": FunctionExecutionInfo(gen, "gen", 0),
-    }
-    monkeypatch.setattr(
-        FunctionActorManager, "get_execution_info", lambda self, job, d: infos[d.kind]
-    )
-    ran: list[int] = []
-    monkeypatch.setattr(
-        gate, "before_task", lambda name, fid: ran.append(1) if fid == "f00d" else None
-    )
-    assert gate.install_worker_gate() and gate.install_worker_gate()  # idempotent
-    mgr = FunctionActorManager.__new__(FunctionActorManager)
-    got = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))
-    assert got.function is not plain and got.function() == 1 and ran == [1]
-    again = FunctionActorManager.get_execution_info(mgr, None, Desc("task"))
-    assert again.function is got.function  # wrapped once, cached
-    assert FunctionActorManager.get_execution_info(mgr, None, Desc("actor")).function is plain
-    assert FunctionActorManager.get_execution_info(mgr, None, Desc("async")).function is coro
-    # A generator task (Ray Data's map tasks): still a generator, gated at its first item.
-    wrapped = FunctionActorManager.get_execution_info(mgr, None, Desc("gen")).function
-    items = wrapped()
-    assert inspect.isgenerator(items) and ran == [1]
-    assert list(items) == [3, 4] and ran == [1, 1]
+    monkeypatch.setattr(start_gate, "node_memory", lambda: pytest.fail("stale flag trusted"))
+    start_gate.before_task(TID, 0, "grow", "f00d")
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:
@@ -558,21 +518,21 @@ def test_recorder_writes_event_with_monitor_id_and_marks_kill() -> None:
 def test_reservations_count_what_admitted_retries_have_not_allocated_yet(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from raydbg.memory import local
+    from raydbg.memory import node_files
 
     run_dir.mkdir(parents=True, exist_ok=True)
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         (run_dir / f"reserve-{other.pid}").write_text(str(GiB))
         (run_dir / "reserve-999999999").write_text(str(GiB))  # gone: dropped
-        local.reserve(5 * GiB)  # this process's own: never counted against itself
-        got = local.reserved()
+        node_files.reserve(5 * GiB)  # this process's own: never counted against itself
+        got = node_files.reserved()
         assert GiB - 64 * 1024 * 1024 < got < GiB  # minus the sleeper's own anon memory
         assert not (run_dir / "reserve-999999999").exists()
         # The gate counts it: 2 GiB used + 1 GiB room + ~1 GiB reserved > 85% of 4 GiB.
-        assert admission.fits(0.85, GiB, lambda: (GiB, 4 * GiB))
-        assert not admission.fits(0.85, GiB, lambda: (2 * GiB, 4 * GiB))
-        local.release()
+        assert start_gate.fits(GiB, lambda: (GiB, 4 * GiB))
+        assert not start_gate.fits(GiB, lambda: (2 * GiB, 4 * GiB))
+        node_files.release()
         assert not (run_dir / f"reserve-{os.getpid()}").exists()
     finally:
         other.kill()

@@ -9,7 +9,7 @@ Most calls use their function's default, so the GCS internal KV (namespace
 "raydbg") holds that default once per job and function, `fn/<job_hex>/<function_id>`,
 and a per-task record `budget/<job_hex>/<task_hex>` only for a call whose
 `max_retries` differs from it. The start gate writes each running task's function
-id in its local record (local.py), so the monitor can join the two. A per-task
+id in its local record (node_files.py), so the monitor can join the two. A per-task
 record for every call cost a GCS write per task (measured: it halved no-op task
 throughput together with the old gate).
 
@@ -107,12 +107,9 @@ def task_id_of(result: Any) -> str | None:
 
 
 def _current_task_hex() -> str | None:
-    try:
-        import ray
+    from raydbg import _ray_internals
 
-        return str(ray._private.worker.global_worker.current_task_id.hex())
-    except Exception:
-        return None
+    return _ray_internals.current_task_id_hex()
 
 
 def record(task_id_hex: str, max_retries: int, name: str, parent: str | None) -> None:
@@ -295,7 +292,7 @@ def killed_counts(task_ids: list[str]) -> dict[str, int]:
 
 def mark_killed(task_id_hex: str, kills: int, event_id: str, memory: int = 0) -> None:
     """The monitor notes a kill (and how big the victim was) so the next attempt can wait
-    until that much fits again (see gate.py)."""
+    until that much fits again (see start_gate.py)."""
     value = {"kills": kills, "event": event_id, "memory": memory, "ts": time.time()}
     _gcs().internal_kv_put(
         killed_key(task_id_hex).encode(), json.dumps(value).encode(), True, _NS, timeout=_TIMEOUT
