@@ -296,6 +296,31 @@ def test_trend_acts_below_threshold(tmp_path: Path) -> None:
     assert events[0]["details"]["reaction_s"] == 0.25  # from the last calm poll
 
 
+@pytest.mark.parametrize("known", ["learned", "reservation", "unknown"])
+def test_a_task_growing_toward_its_expected_peak_is_not_trend_killed(
+    tmp_path: Path, run_dir: Path, known: str
+) -> None:
+    # The same 2 GiB/s trend, all of it one task that the gate let in to reach 1.1 GiB:
+    # 0.1 GiB to go, so the node stays under the threshold; only unknown peaks are killed.
+    grower = task(1, GiB, 1, growth=2.0 * GiB)
+    mon, killed, events, _, clock = make(tmp_path, [int(2.6 * GiB), int(3.1 * GiB)], [grower])
+    if known == "learned":
+        mon.learner.note("fgrow", int(1.1 * GiB))
+        mon.learner.complete.add("fgrow")
+    elif known == "reservation":
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "reserve-1").write_text(str(int(1.1 * GiB)))
+    mon.poll()
+    clock.t += 0.25
+    mon.poll()
+    if known == "unknown":
+        assert killed == [1] and events[0]["details"]["trigger"] == "trend"
+        assert events[0]["details"]["victim"]["peak_source"] == "unknown"
+    else:
+        assert killed == [] and mon.last_decision is not None
+        assert mon.last_decision.action == "none"
+
+
 def test_repeat_kill_of_same_task_counts_prior_kills(tmp_path: Path) -> None:
     a, b = task(1, GiB, 1), task(2, GiB, 2)
     mon, killed, events, dead, clock = make(tmp_path, [int(3.8 * GiB)], [a, b])
