@@ -108,6 +108,7 @@ class Worker:
         self.slots: set[str] = set()
         self.lock = threading.Lock()
         self.last_renew = 0.0
+        self.off_reason = PY311_OFF  # why nothing is armed here when there is no layer
 
     # --- the poll thread ---------------------------------------------------------
     def tick(self) -> None:
@@ -119,9 +120,14 @@ class Worker:
                      for bp in bps}
             self.arming = Arming(armed)
             if self.layer is not None:
-                self.layer.apply(self.arming)
+                try:
+                    self.layer.apply(self.arming)
+                except Exception as exc:  # e.g. no free sys.monitoring tool id: say so, once
+                    self.layer = None
+                    self.off_reason = f"not armed in this worker: {type(exc).__name__}: {exc}"[:300]
+                    log.warning("raydbg: breakpoints %s", self.off_reason)
             elif armed:
-                log.warning("raydbg: %d armed breakpoint(s) %s", len(armed), PY311_OFF)
+                log.warning("raydbg: %d armed breakpoint(s) %s", len(armed), self.off_reason)
             self.version = version
         self.report()
         now = time.monotonic()
@@ -133,7 +139,7 @@ class Worker:
 
     def report(self) -> None:
         for a in list(self.arming.armed.values()):
-            error = a.error if self.layer is not None else PY311_OFF
+            error = a.error if self.layer is not None else self.off_reason
             if a.hits != a.reported or (error and a.reported < 0):
                 store.put_hits(a.bp.id, self.who, a.hits, error)
                 a.reported = a.hits
@@ -148,6 +154,12 @@ class Worker:
 
     # --- a thread reached an armed line (called by the layer) ------------------
     def hit(self, armed: list[Armed], frame: FrameType) -> None:
+        try:
+            self._hit(armed, frame)
+        except Exception:  # raised here, it would surface in the user's line
+            log.exception("raydbg: armed breakpoint handling failed; the task goes on")
+
+    def _hit(self, armed: list[Armed], frame: FrameType) -> None:
         for a in armed:
             if not a.true_in(frame):
                 continue

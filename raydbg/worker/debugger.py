@@ -192,7 +192,6 @@ def _untrace_all() -> None:
     global _tracing
     import pydevd_tracing
     from _pydev_bundle.pydev_monkey import undo_patch_thread_modules
-
     from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
 
     threading.settrace(None)  # type: ignore[arg-type]
@@ -247,6 +246,20 @@ def wait_for_client(timeout: float | None, poll: float = 0.02) -> bool:
     return True
 
 
+def _monitoring_for_steps(py_db: Any, thread_ident: int | None, frame: FrameType) -> None:
+    """3.12+: after a stop, the sys.monitoring events a step needs (pydevd turns them on only
+    for its own breakpoints and pauses; without them `next` never stops again)."""
+    from _pydevd_bundle.pydevd_constants import PYDEVD_USE_SYS_MONITORING
+
+    if not PYDEVD_USE_SYS_MONITORING:
+        return
+    from _pydevd_sys_monitoring import pydevd_sys_monitoring
+
+    pydevd_sys_monitoring.update_monitor_events()  # sees this thread's step command
+    py_db.set_trace_for_frame_and_parents(thread_ident, frame)
+    pydevd_sys_monitoring.restart_events()
+
+
 def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
     """Stop this thread in `frame` (the user's line, or the raising frame) until resumed.
 
@@ -284,6 +297,7 @@ def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
             else:
                 py_db.set_suspend(thread, CMD_SET_BREAK)
                 py_db.do_wait_suspend(thread, frame, "line", None)
+                _monitoring_for_steps(py_db, thread.ident, frame)
         finally:
             info.is_tracing -= 1
         return pydevd_id in _Resumes.by_client or _Resumes.all_by_client != all_before

@@ -23,7 +23,8 @@ def scaled(n: int) -> int:
 
 def slow_scaled(n: int) -> int:
     time.sleep(0.2)
-    return scaled(n)
+    out = scaled(n)  # BP:call
+    return out  # BP:caller
 
 
 class Keeper:

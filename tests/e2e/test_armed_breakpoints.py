@@ -22,7 +22,7 @@ import ray
 from cluster import ENV, REPO, Cluster
 
 from e2e import armed_targets as t
-from e2e.conftest import attach_and_inspect, forward, wait_for_session
+from e2e.conftest import forward, wait_for_session
 
 pytestmark = pytest.mark.e2e
 
@@ -86,6 +86,28 @@ def wait_until(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} within {timeout}s")
 
 
+async def inspect_step_continue(port: int) -> dict[str, Any]:
+    """Attach, read `local_value`, step over (the return: back in the caller), continue."""
+    from raydbg.dap.session import attach_session
+    from raydbg.dap.transport import open_tcp
+
+    client, stopped = await attach_session(*await open_tcp("127.0.0.1", port), timeout=30)
+    thread = stopped["body"]["threadId"]
+    top = (await client.stack_trace(thread))[0]
+    scopes = await client.scopes(top["id"])
+    local = {v["name"]: v["value"] for v in await client.variables(scopes[0]["variablesReference"])}
+    step = client.expect_event("stopped")
+    await client.next(thread)
+    await client.wait_for_event("stopped", future=step, timeout=30)
+    after = (await client.stack_trace(thread))[0]
+    stepped_to = after["line"]
+    await client.continue_(thread)
+    await client.disconnect()
+    await client.close()
+    return {"line": top["line"], "value": local.get("local_value"), "stepped_to": stepped_to,
+            "stepped_in": f"{after['source'].get('path')}:{after['name']}"}
+
+
 def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster, gw: Any) -> None:
     out = cluster.cli("break", "add", f"{t.FILE}:{ARMED}", "--job", job_id(), "--hit-limit", "2", "--json")
     assert out.returncode == 0, out.stderr
@@ -106,8 +128,12 @@ def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster,
     rec = wait_for_session(gw, id=paused[0]["id"])
     assert (rec["line"], rec["function"], rec["reason"]) == (ARMED, "scaled", "breakpoint")
     with forward(cluster.address, rec["id"]) as port:
-        seen = asyncio.run(attach_and_inspect(port, "local_value"))
-    assert seen["top"]["line"] == ARMED and int(seen["value"]) % 10 == 0
+        seen = asyncio.run(inspect_step_continue(port))
+    assert seen["line"] == ARMED and int(seen["value"]) % 10 == 0
+    # debugpy took over: `next` on the return steps out into the caller (3.12's pydevd stops
+    # on the call's line, 3.11's at the caller's next line).
+    assert seen["stepped_in"] == f"{t.FILE}:slow_scaled", seen
+    assert seen["stepped_to"] in (t.line_of("call"), t.line_of("caller")), seen
     resume(gw, paused[1]["id"])
     assert ray.get(refs, timeout=60) == [n * 10 + 1 for n in range(5)]
     listing = cluster.cli("break", "list")
