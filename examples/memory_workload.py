@@ -105,6 +105,7 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
     holder = Holder.remote(sc.actor_mb)
     ray.get(holder.ping.remote(), timeout=60)
     time.sleep(1.0)  # the monitor is up, the node is calm
+    base_mb = _node_used_mb()  # Ray, the actor and idle workers: what the tasks share the node with
     t0 = time.time()
     refs = []
     for i in range(sc.tasks):
@@ -152,6 +153,7 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
     return {
         "mode": mode,
         "wall_s": round(wall, 2),
+        "base_mb": base_mb,
         "results": results,
         "actor_alive": actor_alive,
         "raydbg_kills": len(events),
@@ -160,6 +162,12 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
         "monitor": stats,
         **alive,
     }
+
+
+def _node_used_mb() -> int:
+    from raydbg.memory.measure import NodeMeasurer
+
+    return NodeMeasurer(psi=False).read().used // MiB
 
 
 def _session_logs() -> str:
