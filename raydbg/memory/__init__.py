@@ -8,6 +8,7 @@ The life of a kill, top to bottom (one module each):
   learn.py       what each function's tasks reach on this node (the one table of peaks)
   policy.py      pure: snapshot -> victims, each with its reason
   monitor.py     the loop: measure, decide, kill (killer.py: the right process), record
+  events.py      the kill event that explains each victim
   start_gate.py  worker side: hold a task's start until the memory it will need fits
   node_files.py  the files the workers and the monitor share on a node
   budgets.py     retry budgets and kill records in GCS KV

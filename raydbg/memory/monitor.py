@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from raydbg.memory import node_files
+from raydbg.memory.events import kill_event
 from raydbg.memory.identity import titles
 from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
@@ -104,27 +105,6 @@ class Growth:
             self.samples.popleft()
         (t0, v0) = self.samples[0]
         return (value - v0) / (t - t0) if t > t0 else 0.0
-
-
-def _cand_dict(c: Candidate) -> dict[str, Any]:
-    return {
-        "pid": c.pid,
-        "kind": c.kind,
-        "name": c.name,
-        "memory": c.memory,
-        "gpu_memory": c.gpu_memory,
-        "growth_bps": int(c.growth),
-        "retriable": c.retriable,
-        "retries_left": c.retries_left,
-        "task_id": c.task_id,
-        "actor_id": c.actor_id,
-        "job_id": c.job_id,
-        "attempt": c.attempt,
-        "owner": c.owner,
-        "prior_kills": c.prior_kills,
-        "expected_peak": c.expected_peak,
-        "peak_source": c.peak_source,
-    }
 
 
 class MemoryMonitor:
@@ -330,7 +310,11 @@ class MemoryMonitor:
             # Crossing (or last calm poll) -> this kill, decision time included.
             reaction = self.clock() - (self.crossed_at if self.crossed_at is not None else now)
             # Built before the kill so the kill can name it (e.g. in the worker's log).
-            event = self._event(d, node, growth, cands, top, c, v.reason, round_id, reaction, dry)
+            expected = max(c.expected_peak, self.learner.peaks.get(c.function_id or "", 0))
+            event = kill_event(
+                self.node_id, self.config.mode, self.config.policy.threshold, d, node,
+                growth, top, c, v.reason, round_id, reaction, dry, expected,
+            )  # fmt: skip
             self.event_ids[c.pid] = event["id"]
             if not dry:
                 try:
@@ -356,70 +340,6 @@ class MemoryMonitor:
                     self.on_kill(c, event)
                 except Exception:
                     log.exception("raydbg memory monitor: on_kill failed")
-
-    def _event(
-        self,
-        d: Decision,
-        node: NodeMemory,
-        growth: float,
-        cands: list[Candidate],
-        top: list[ProcMem],
-        c: Candidate,
-        reason: str,
-        round_id: str,
-        reaction: float,
-        dry: bool,
-    ) -> dict[str, Any]:
-        what = f"{c.kind} {c.name or '?'}"
-        left = (
-            "unknown"
-            if c.retries_left is None
-            else ("inf" if c.retries_left < 0 else str(c.retries_left))
-        )
-        verb = "would kill" if dry else "killed"
-        message = (
-            f"{verb} {what} (pid {c.pid}, {c.memory / GiB:.2f} GiB, retries left {left}): "
-            f"node used {node.used / GiB:.2f} of {node.limit / GiB:.2f} GiB, "
-            f"threshold {d.threshold_bytes / GiB:.2f} GiB ({d.trigger}); {reason}"
-        )
-        return {
-            "id": secrets.token_hex(4),
-            "ts": time.time(),
-            "kind": "memory.kill" if not dry else "memory.dry-run",
-            "node_id": self.node_id,
-            "message": message,
-            "details": {
-                "round": round_id,
-                "mode": self.config.mode,
-                "trigger": d.trigger,
-                "used": node.used,
-                "limit": node.limit,
-                "fraction": round(node.fraction, 4),
-                "source": node.source,
-                "cgroup": node.path,
-                "psi": node.psi,
-                "threshold": self.config.policy.threshold,
-                "threshold_bytes": d.threshold_bytes,
-                "target_bytes": d.target_bytes,
-                "need": d.need,
-                "growth_bps": int(growth),
-                "reaction_s": round(reaction, 4),
-                "victim": {
-                    **_cand_dict(c),
-                    "reason": reason,
-                    # What its next attempt is expected to need (the gate holds it until
-                    # that fits): at least what it had, at most what its kind reached.
-                    "expected_peak": max(
-                        c.memory, c.expected_peak, self.learner.peaks.get(c.function_id or "", 0)
-                    ),
-                },
-                "candidates": [_cand_dict(x) for x in d.order[:50]],
-                "top_consumers": [
-                    {"pid": p.pid, "name": p.name, "memory": p.memory, "rss": p.rss} for p in top
-                ],
-                "decision": d.message,
-            },
-        }
 
     def status(self) -> dict[str, Any]:
         """For the agent's /nodes answer: node memory plus monitor counters."""
