@@ -22,13 +22,17 @@ CHILD = textwrap.dedent(
     from raydbg.gang import cooperative
     installed = cooperative.install()
 
+    side_started = threading.Event()
+
     def side_work():
+        side_started.set()
         time.sleep(300)
 
     threading.Thread(target=side_work, name="side-thread", daemon=True).start()
-    print(installed, flush=True)
 
     def main_work():
+        side_started.wait()
+        print(installed, flush=True)  # only now: both threads are in their functions
         while True:
             time.sleep(0.05)
 

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp import web
 
-import raydbg.client
+import raydbg.dap.transport
 from raydbg.client import Gateway
 from raydbg.dap import DapConnectionLost, open_websocket
 from raydbg.forward import Forwarder
@@ -60,7 +60,7 @@ async def test_the_dap_client_notices_a_silent_gateway(silent_gateway: str) -> N
 
 async def test_forward_drops_its_local_client_when_the_gateway_goes_silent(
         silent_gateway: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(raydbg.client, "WS_HEARTBEAT_S", HEARTBEAT_S)
+    monkeypatch.setattr(raydbg.dap.transport, "WS_HEARTBEAT_S", HEARTBEAT_S)  # read by Gateway.open_dap
     fwd = Forwarder(Gateway(silent_gateway, "t"), "abc")
     port = await fwd.start()
     try:
