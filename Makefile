@@ -46,7 +46,7 @@ test-py312: $(STAMP312)
 
 # npm ci first: the Python tests of the extension need its node_modules.
 test: $(STAMP) lint vscode-test
-	$(BIN)/python -m pytest -q --durations=20 tests
+	$(BIN)/python -m pytest -q -rs --durations=20 tests
 	$(MAKE) test-py312
 
 clean:
