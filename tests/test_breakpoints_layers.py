@@ -1,4 +1,4 @@
-"""The arming layers on real code (no Ray): sys.monitoring on 3.12+, settrace (the 3.11 fallback) everywhere.
+"""The arming layers on real code (no Ray): sys.monitoring on 3.12+, the settrace fallback on 3.11.
 
 Each test arms lines of the functions below, runs them, and checks which lines were hit
 in which frame: armed lines only, conditions, code defined after arming, a frame that

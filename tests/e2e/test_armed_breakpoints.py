@@ -235,3 +235,6 @@ def test_api_put_replaces_an_owners_set_and_refuses_bad_input(cluster: Cluster, 
             asyncio.run(call)
     out = cluster.cli("break", "rm", "bp-nothere")
     assert out.returncode == 1 and out.stderr.count("\n") == 1 and "no breakpoint" in out.stderr
+    job_only = arm(gw, job="0c00")
+    out = cluster.cli("break", "rm", "--all", "--job", "0c00")  # that job's, not those for every job
+    assert out.returncode == 0 and job_only["id"] in out.stdout and set(listed(gw)) == {mine["id"]}, out
