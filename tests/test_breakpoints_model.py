@@ -74,3 +74,17 @@ def test_replacement_keeps_unchanged_ids() -> None:
     changed = bp(line=1, owner="vscode", condition="x > 1")
     keep, gone = model.replacement([old1], [changed])
     assert keep == [changed] and gone == [old1]
+
+
+def test_counts_shown_by_the_api() -> None:
+    records = [
+        {"id": "bp-1", "hits": 3, "error": None, "ts": 1.0},
+        {"id": "bp-1", "hits": 4, "error": "condition 'x' raised NameError", "ts": 2.0},
+        {"id": "bp-1", "hits": 1, "error": "older", "ts": 1.5},
+        {"id": "bp-2", "hits": True, "ts": 1.0},  # malformed: skipped
+        {"id": "bp-2", "hits": -5, "ts": 1.0},
+        {"hits": 9},
+    ]
+    assert model.sum_hits(records) == {"bp-1": (8, "condition 'x' raised NameError")}
+    sessions = [{"breakpoint_id": "bp-1"}, {"breakpoint_id": None}, {}, {"breakpoint_id": "bp-1"}]
+    assert model.paused_counts(sessions) == {"bp-1": 2}

@@ -163,3 +163,29 @@ def matches(bp_file: str, filenames: tuple[str, ...]) -> bool:
         return any(os.path.normpath(f) == want for f in filenames)
     tail = "/" + os.path.normpath(bp_file)
     return any(f == tail[1:] or f.endswith(tail) for f in filenames)
+
+
+# --- counts the API shows -------------------------------------------------------------
+def sum_hits(records: Iterable[dict[str, Any]]) -> dict[str, tuple[int, str | None]]:
+    """Workers' hit records -> per breakpoint: total hits and the newest error (bad records skipped)."""
+    out: dict[str, tuple[int, str | None, float]] = {}
+    for rec in records:
+        bp_id, hits, error, ts = rec.get("id"), rec.get("hits"), rec.get("error"), rec.get("ts", 0.0)
+        if (not isinstance(bp_id, str) or isinstance(hits, bool) or not isinstance(hits, int)
+                or hits < 0 or isinstance(ts, bool) or not isinstance(ts, (int, float))):
+            continue
+        total, last, last_ts = out.get(bp_id, (0, None, float("-inf")))
+        if isinstance(error, str) and ts >= last_ts:
+            last, last_ts = error[:300], float(ts)
+        out[bp_id] = (total + hits, last, last_ts)
+    return {k: (v[0], v[1]) for k, v in out.items()}
+
+
+def paused_counts(sessions: Iterable[dict[str, Any]]) -> dict[str, int]:
+    """Listed sessions per breakpoint id (a session record's `breakpoint_id`)."""
+    counts: dict[str, int] = {}
+    for rec in sessions:
+        bp_id = rec.get("breakpoint_id")
+        if isinstance(bp_id, str):
+            counts[bp_id] = counts.get(bp_id, 0) + 1
+    return counts

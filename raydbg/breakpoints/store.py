@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from raydbg import registry
-from raydbg.breakpoints.model import BadBreakpoint, Breakpoint, public
+from raydbg.breakpoints.model import BadBreakpoint, Breakpoint, paused_counts, public, sum_hits
 
 log = logging.getLogger("raydbg.breakpoints")
 
@@ -92,25 +92,7 @@ def put_hits(bp_id: str, worker: str, hits: int, error: str | None) -> None:
 
 def hit_stats() -> dict[str, tuple[int, str | None]]:
     """Per breakpoint: hits summed over workers, and the newest condition error."""
-    out: dict[str, tuple[int, str | None, float]] = {}
-    for rec in registry.list_prefix(HITS):
-        bp_id, hits, error, ts = rec.get("id"), rec.get("hits"), rec.get("error"), rec.get("ts", 0.0)
-        if not isinstance(bp_id, str) or not isinstance(hits, int) or not isinstance(ts, (int, float)):
-            continue
-        total, last, last_ts = out.get(bp_id, (0, None, 0.0))
-        if isinstance(error, str) and ts >= last_ts:
-            last, last_ts = error, float(ts)
-        out[bp_id] = (total + hits, last, last_ts)
-    return {k: (v[0], v[1]) for k, v in out.items()}
-
-
-def paused_counts(sessions: list[dict[str, Any]]) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for rec in sessions:
-        bp_id = rec.get("breakpoint_id")
-        if isinstance(bp_id, str):
-            counts[bp_id] = counts.get(bp_id, 0) + 1
-    return counts
+    return sum_hits(registry.list_prefix(HITS))
 
 
 def listing(bps: list[Breakpoint]) -> list[dict[str, Any]]:
