@@ -36,7 +36,8 @@ class Armed:
     def __init__(self, bp: model.Breakpoint) -> None:
         self.bp = bp
         self.hits = 0
-        self.reported = -1
+        self.reported = 0  # what the registry has: nothing is written until there is news
+        self.reported_error: str | None = None
         self.error: str | None = None
         self.full_until = 0.0
         self.condition: CodeType | None = None
@@ -140,9 +141,9 @@ class Worker:
     def report(self) -> None:
         for a in list(self.arming.armed.values()):
             error = a.error if self.layer is not None else self.off_reason
-            if a.hits != a.reported or (error and a.reported < 0):
+            if a.hits != a.reported or error != a.reported_error:
                 store.put_hits(a.bp.id, self.who, a.hits, error)
-                a.reported = a.hits
+                a.reported, a.reported_error = a.hits, error
 
     def run(self) -> None:
         while True:
