@@ -1,18 +1,20 @@
-"""Telemetry overhead on an SD training step: the SDK path and the light path side by side, paired.
+"""Telemetry overhead on an SD training step: the embedded default on vs off, paired, with A/A.
 
     python benchmarks/telemetry_overhead.py --preset tiny --blocks 250
-    python benchmarks/telemetry_overhead.py --preset small --blocks 30
+    python benchmarks/telemetry_overhead.py --preset small --blocks 24
     python benchmarks/telemetry_overhead.py --quick            # smoke test, seconds
 
 One process, one model (the preset's UNet, CPU, 1 thread, the preset's batch size;
 latents and text embeddings given, as in offline-preprocessed training). Steps run in
-blocks of four, one per mode, in an order that rotates block by block (a cyclic Latin
+blocks of three, one per mode, in an order that rotates block by block (a cyclic Latin
 square), so drift and neighbours' load hit every mode alike:
 
 - `off`: the API's state when telemetry is off (one attribute check per call);
-- `sdk`: OpenTelemetry SDK spans and metrics into the embedded JSON lines;
-- `light`: raydbg's light spans and metrics (light.py, lightmetrics.py), same files;
+- `sdk`: telemetry on: OpenTelemetry SDK spans and metrics into the embedded JSON lines;
 - `off2`: off again: the A/A control, the method's own noise.
+
+(Until 2026-12-02 a fourth mode measured raydbg's own "light" spans and metrics beside
+the SDK's; docs/telemetry.md#benchmark has that comparison and why the light path went.)
 
 Each step carries the SD loop's per-step instrumentation (4 spans, 6 histogram records).
 The headline per mode is the median over blocks of (mode step time / `off` step time) - 1,
@@ -40,7 +42,7 @@ from raydbg.telemetry.provider import state
 from raydbg.telemetry.settings import read_plan
 from sd_reference.presets import get_preset
 
-MODES = ("off", "sdk", "light", "off2")
+MODES = ("off", "sdk", "off2")
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
@@ -126,12 +128,9 @@ def _median_ci(values: list[float], rounds: int = 2000) -> tuple[float, float, f
     return statistics.median(values), meds[int(0.025 * rounds)], meds[int(0.975 * rounds)]
 
 
-def _build(light: bool) -> provider.State:
+def _build() -> provider.State:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["RAYDBG_TELEMETRY_LIGHT"] = "1" if light else "0"
-    plan = read_plan(env)
-    assert plan.light_spans is light and plan.light_metrics is light, plan
-    return provider.build(plan, "bench-light" if light else "bench-sdk")
+    return provider.build(read_plan(env), "bench")
 
 
 def run(preset: str, blocks: int, warmup: int) -> dict[str, Any]:
@@ -152,9 +151,8 @@ def run(preset: str, blocks: int, warmup: int) -> dict[str, Any]:
     os.environ.setdefault("RAYDBG_TELEMETRY_DIR", tempfile.mkdtemp(prefix="raydbg-bench-"))
     modes = {
         "off": Mode("off", None, 1001),
-        "sdk": Mode("sdk", _build(light=False), 1002),
-        "light": Mode("light", _build(light=True), 1003),
-        "off2": Mode("off2", None, 1004),
+        "sdk": Mode("sdk", _build(), 1002),
+        "off2": Mode("off2", None, 1003),
     }
     for i in range(warmup):  # allocator and first-call costs, every mode
         for m in modes.values():
@@ -188,7 +186,7 @@ def run(preset: str, blocks: int, warmup: int) -> dict[str, Any]:
         "load_end": load_end,
         "modes": {},
     }
-    for name in ("sdk", "light", "off2"):
+    for name in ("sdk", "off2"):
         rw = _median_ci([x / y for x, y in zip(wall[name], wall["off"], strict=True)])
         rc = _median_ci([x / y for x, y in zip(cpu[name], cpu["off"], strict=True)])
         caller, process = instrumentation_only(modes[name])
@@ -215,7 +213,7 @@ def run(preset: str, blocks: int, warmup: int) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="tiny", choices=("tiny", "small"))
-    ap.add_argument("--blocks", type=int, default=250, help="blocks of four steps (one a mode)")
+    ap.add_argument("--blocks", type=int, default=250, help="blocks of three steps (one a mode)")
     ap.add_argument("--warmup", type=int, default=3, help="warm-up steps per mode")
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny, 8 blocks")
     ap.add_argument("--json", action="store_true", help="print the JSON, not the summary")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_otlp import RAY_SPANS, check_ray_trace, run_ray_driver
 
 EMIT = textwrap.dedent(
     """
@@ -170,23 +169,3 @@ def test_unreachable_exporter_never_blocks(kind: str, protocol: str, blackhole: 
     assert stats["dropped"] > 0
     # Exit is bounded too (start-up ~1 s, shutdown waits at most ~3 s per signal).
     assert wall < 15, wall
-
-
-@pytest.mark.e2e
-def test_light_spans_cross_ray_task_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The embedded default (light spans) keeps one trace across a Ray task and actor call,
-    in the session's files, with Ray's own (SDK) producer/consumer spans in between."""
-    monkeypatch.delenv("RAYDBG_TELEMETRY_DIR", raising=False)
-
-    def spans(info: dict[str, Any]) -> list[dict[str, Any]]:
-        tdir = Path(info["session"]) / f"raydbg-{os.getuid()}" / "telemetry"
-        found = []
-        for f in tdir.glob("*.jsonl"):
-            try:
-                found += [r for r in _records(f) if r["type"] == "span"]
-            except ValueError:  # a line being written
-                pass
-        return found
-
-    info = run_ray_driver({}, lambda i: RAY_SPANS <= {s["name"] for s in spans(i)})
-    check_ray_trace(spans(info), info)

@@ -16,11 +16,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from raydbg.telemetry import light
-from raydbg.telemetry.light import LightTracer
 from raydbg.telemetry.provider import auto_setup, state
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -106,13 +105,10 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
                 return _NOOP
             tracer = state.tracer
         attrs = _clean(self._attributes, self._attrs) if self._attributes or self._attrs else {}
-        if type(tracer) is LightTracer:
-            sp = tracer.start(self.name, attrs)
-        else:
-            # start_span + attach directly: about a third cheaper than start_as_current_span.
-            sp = tracer.start_span(self.name, attributes=attrs)
+        # start_span + attach directly: about a third cheaper than start_as_current_span.
+        sp = tracer.start_span(self.name, attributes=attrs)
         self._span = sp
-        self._token = light.attach(sp)
+        self._token = otel_context.attach(trace.set_span_in_context(sp))
         return sp
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -125,7 +121,7 @@ class span:  # noqa: N801 - used like a function: `with span(...)`, `@span(...)`
             sp.record_exception(exc)
             sp.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         sp.end()
-        light.detach(self._token)
+        otel_context.detach(self._token)
 
     def __call__(self, fn: F) -> F:
         name, attributes, attrs = self.name, self._attributes, self._attrs

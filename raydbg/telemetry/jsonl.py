@@ -28,7 +28,6 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from raydbg.private_dir import open_private
 from raydbg.telemetry import raycontext
-from raydbg.telemetry.light import LightSpan
 
 _NS = 1e-9
 SNAPSHOT_SUFFIX = ".metrics.json"
@@ -205,8 +204,7 @@ class JsonlSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         try:
-            # Light spans (light.py) encode themselves; SDK spans (Ray's hooks) go the long way.
-            self.file.write([s.record() if type(s) is LightSpan else span_record(s) for s in spans])
+            self.file.write([span_record(s) for s in spans])
         except OSError:
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
@@ -216,11 +214,9 @@ class JsonlSpanExporter(SpanExporter):
 
 
 class JsonlMetricExporter(MetricExporter):
-    """Writes each SDK collection, plus `extra()` records (light metrics), as metric lines."""
+    """Writes each SDK collection as metric lines (and the latest snapshot beside them)."""
 
-    def __init__(
-        self, file: JsonlFile, extra: Callable[[], list[dict[str, Any]]] | None = None
-    ) -> None:
+    def __init__(self, file: JsonlFile) -> None:
         # Cumulative: the last snapshot in a file is the process's current total.
         super().__init__(
             preferred_temporality={
@@ -228,14 +224,11 @@ class JsonlMetricExporter(MetricExporter):
             }
         )
         self.file = file
-        self.extra = extra
 
     def export(
         self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any
     ) -> MetricExportResult:
         records = metric_records(metrics_data)
-        if self.extra is not None:
-            records.extend(self.extra())
         try:
             self.file.write(records)
             self._write_snapshot(records)

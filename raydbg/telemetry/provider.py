@@ -33,8 +33,6 @@ from prometheus_client import CollectorRegistry
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.bounded import BoundedSpanProcessor
 from raydbg.telemetry.jsonl import JsonlFile, JsonlMetricExporter, JsonlSpanExporter
-from raydbg.telemetry.light import LightTracer
-from raydbg.telemetry.lightmetrics import LightMeter
 from raydbg.telemetry.settings import Plan, read_plan
 
 log = logging.getLogger("raydbg.telemetry")
@@ -48,7 +46,7 @@ class State:
     """Everything `setup()` built; `tracer is None` means telemetry is off (the cheap path)."""
 
     tracer: trace.Tracer | None = None
-    meter: metrics.Meter | LightMeter | None = None
+    meter: metrics.Meter | None = None
     generation: int = 0
     # None: nobody called setup() yet and the first emission decides (auto_setup).
     auto: bool | None = None
@@ -84,10 +82,10 @@ def _span_exporter(name: str, plan: Plan, jsonl: Callable[[], JsonlFile]) -> Spa
 
 
 def _metric_exporter(
-    name: str, plan: Plan, jsonl: Callable[[], JsonlFile], light: LightMeter | None = None
+    name: str, plan: Plan, jsonl: Callable[[], JsonlFile]
 ) -> MetricExporter | None:
     if name == "jsonl":
-        return JsonlMetricExporter(jsonl(), light.records if light else None)
+        return JsonlMetricExporter(jsonl())
     if name == "console":
         return ConsoleMetricExporter()
     if name == "prometheus":
@@ -163,10 +161,8 @@ def build(plan: Plan, kind: str) -> State:
                 resource_attribute_filter=LABEL_RESOURCE_KEYS.__contains__,
             )
         )
-    # Light metrics when the embedded files are their only reader (see lightmetrics.py).
-    light = LightMeter() if plan.light_metrics and built.registry is None else None
     for name in plan.metrics:
-        exporter = _metric_exporter(name, plan, jsonl, light)
+        exporter = _metric_exporter(name, plan, jsonl)
         if exporter is not None:
             readers.append(
                 PeriodicExportingMetricReader(
@@ -184,14 +180,9 @@ def build(plan: Plan, kind: str) -> State:
         metric_readers=readers, resource=resource, shutdown_on_exit=False, **mp_kwargs
     )
     built.tracer_provider, built.meter_provider = tp, mp
-    if plan.light_spans and built.processors:
-        # Embedded files only: raydbg's own spans skip the SDK (light.py); Ray's hooks
-        # still use the SDK provider, into the same queue.
-        built.tracer = LightTracer(built.processors[0].on_end, raycontext.span_attributes)
-    else:
-        built.tracer = tp.get_tracer(SCOPE)
+    built.tracer = tp.get_tracer(SCOPE)
     sdk_meter = mp.get_meter(SCOPE)
-    built.meter = light if light is not None else sdk_meter
+    built.meter = sdk_meter
     sdk_meter.create_observable_counter(
         "raydbg.telemetry.spans.dropped",
         callbacks=[lambda _o: _dropped_observations(built)],

@@ -36,8 +36,6 @@ class Plan:
     jsonl_dir: str | None = None
     jsonl_max_bytes: int = 32 * 1024 * 1024
     jsonl_backups: int = 3
-    light_spans: bool = True
-    light_metrics: bool = True
     exemplars: bool = False
     warnings: tuple[str, ...] = field(default=())
 
@@ -113,20 +111,6 @@ def _grpc_fallback(
     return tuple(dict.fromkeys("jsonl" if n == "otlp" else n for n in names))
 
 
-def _light(env: Mapping[str, str]) -> bool:
-    return env.get("RAYDBG_TELEMETRY_LIGHT", "").strip().lower() not in _FALSE
-
-
-def _light_spans(env: Mapping[str, str], traces: tuple[str, ...]) -> bool:
-    """Light spans (`light.py`) serve the embedded files alone under OTel's default sampler;
-    other exporters, samplers or span limits need the SDK's spans."""
-    if traces != ("jsonl",) or not _light(env):
-        return False
-    if env.get("OTEL_TRACES_SAMPLER", "").strip().lower() not in ("", "parentbased_always_on"):
-        return False
-    return not any(k.startswith(("OTEL_SPAN_", "OTEL_ATTRIBUTE_")) for k in env)
-
-
 def read_plan(env: Mapping[str, str], has_grpc: bool | None = None) -> Plan:
     """Turn environment variables into a `Plan` (see docs/telemetry.md for the table)."""
     warnings: list[str] = []
@@ -158,9 +142,6 @@ def read_plan(env: Mapping[str, str], has_grpc: bool | None = None) -> Plan:
         jsonl_dir=env.get("RAYDBG_TELEMETRY_DIR") or None,
         jsonl_max_bytes=_int(env, "RAYDBG_TELEMETRY_MAX_BYTES", 32 * 1024 * 1024),
         jsonl_backups=_int(env, "RAYDBG_TELEMETRY_BACKUPS", 3),
-        light_spans=_light_spans(env, traces),
-        # Light metrics (`lightmetrics.py`) likewise feed only the embedded files.
-        light_metrics=metrics == ("jsonl",) and _light(env),
         # Exemplars only reach OTLP; sampling one under each span costs every update ~7 µs.
         exemplars="otlp" in metrics or bool(env.get("OTEL_METRICS_EXEMPLAR_FILTER")),
         warnings=tuple(warnings),
