@@ -330,6 +330,20 @@ def session_dir() -> str | None:
         return None
 
 
+def node_identity() -> dict[str, str]:
+    """`ray.session_name` and `ray.node_ip` of the connected node (`_global_node`), if known."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        node = ray._private.worker._global_node  # type: ignore[union-attr]
+        if node is None:
+            return {}
+        return {"ray.session_name": node.session_name, "ray.node_ip": node.node_ip_address}
+    except Exception:
+        return {}
+
+
 # --- The memory monitor and its start gate (raydbg/memory/) ----------------------------
 # Per task, `execute_task` in _raylet.pyx calls `worker.record_task_log_start(task_id,
 # attempt_number)` after the arguments are deserialized and the process title names the

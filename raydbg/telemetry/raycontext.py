@@ -99,10 +99,7 @@ def static_attributes() -> dict[str, str]:
         worker_id = ctx.get_worker_id()
         if worker_id:
             attrs["ray.worker_id"] = worker_id
-        node = ray._private.worker._global_node
-        if node is not None:
-            attrs["ray.session_name"] = node.session_name
-            attrs["ray.node_ip"] = node.node_ip_address
+        attrs.update(_ray_internals.node_identity())
     except Exception:
         return attrs
     with _lock:
