@@ -4,7 +4,9 @@
 
 
 Starts a local Ray cluster with raydbg's tracing start-up hook, so every driver and
-worker sets up telemetry and Ray carries the W3C trace context with each call.
+worker sets up telemetry and Ray carries the W3C trace context with each call: the way
+in for a job without raydbg active. With `RAY_DEBUG=1` (or `raydbg run --`) none of the
+set-up below is needed: `ray.init()` and the spans are enough (docs/telemetry.md).
 With no OTEL_* variables the spans land in <session_dir>/raydbg-<uid>/telemetry/*.jsonl;
 set OTEL_EXPORTER_OTLP_ENDPOINT to send them to a collector instead.
 """
