@@ -1,6 +1,6 @@
 """Benchmark: `raydbg stacks` (grouped, labelled) against `ray stack` on the same 8/32/64 workers.
 
-    .venv/bin/python benchmarks/stacks.py [--sizes 8 32 64] [--repeats 5] [--overhead-pairs 10]
+    .venv/bin/python benchmarks/stacks.py [--sizes 8 32 64] [--repeats 5] [--overhead-pairs 20] [--steps 40]
 
 Workers are plain actors stuck in a sleep (one of them in a different function: the odd
 one out). For each size it times, several times over: the gateway's answer
@@ -44,23 +44,34 @@ STEP_LOOP = r"""
 import json, statistics, sys, time
 sys.path.insert(0, {repo!r})
 import torch
+from diffusers import UNet2DConditionModel
 from raydbg.gang import cooperative
+from sd_reference.presets import tiny
 torch.set_num_threads(1)
 torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256))
-opt = torch.optim.AdamW(model.parameters(), 1e-3)
-x = torch.randn(64, 256)
+preset = tiny()  # the SD app's tiny preset: its UNet, batch and latent shape
+model = UNet2DConditionModel(**preset.unet)
+opt = torch.optim.AdamW(model.parameters(), preset.lr)
+size = preset.unet["sample_size"]
+latents = torch.randn(preset.batch_size, 4, size, size)
+text = torch.randn(preset.batch_size, 4, preset.unet["cross_attention_dim"])
+
+def step():
+    noise = torch.randn_like(latents)
+    t = torch.randint(0, 1000, (preset.batch_size,))
+    pred = model(latents + noise, t, encoder_hidden_states=text).sample
+    loss = torch.nn.functional.mse_loss(pred, noise)
+    opt.zero_grad(); loss.backward(); opt.step()
 
 def block(n):
     times = []
     for _ in range(n):
         t = time.perf_counter()
-        loss = model(x).pow(2).mean()
-        opt.zero_grad(); loss.backward(); opt.step()
+        step()
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
-block(50)  # warm up
+block(20)  # warm up
 ab, aa = [], []
 for i in range({pairs}):
     # hook on/off in alternating order; the A/A control compares two plain blocks the same way
@@ -196,7 +207,7 @@ def overhead_benchmark(pairs: int, steps: int, progress: Progress) -> dict[str, 
     got = json.loads(out.stdout)
     progress.advance(task)
     return {
-        "loop": "MLP 256-512-256, batch 64, AdamW, 1 torch thread; ratio of block medians",
+        "loop": "SD tiny preset UNet training step (batch 8, 8x8 latents, AdamW), 1 torch thread; ratio of block medians",
         "steps_per_block": steps, "pairs": pairs,
         "hook_over_plain": stats(got["ab"]), "plain_over_plain_control": stats(got["aa"]),
     }
@@ -206,8 +217,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[8, 32, 64])
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--overhead-pairs", type=int, default=30)
-    parser.add_argument("--steps", type=int, default=100)
+    parser.add_argument("--overhead-pairs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip-stacks", action="store_true")
     args = parser.parse_args()
     console = Console()
