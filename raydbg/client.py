@@ -57,6 +57,8 @@ def _local_gateway_file(session: Path, gcs_address: str | None = None) -> str | 
             info = json.loads(f.read())
         if gcs_address is not None and info.get("gcs_address") != gcs_address:
             return None
+        if isinstance(info.get("pid"), int) and not _pid_alive(info["pid"]):
+            return None  # left by a killed agent: Ray's record says whether another one runs
         return str(info["address"])
     except FileNotFoundError:
         return None
@@ -64,6 +66,16 @@ def _local_gateway_file(session: Path, gcs_address: str | None = None) -> str | 
         raise GatewayError(str(exc)) from None
     except (ValueError, KeyError, TypeError, OSError):
         return None
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: alive
+    return True
 
 
 def find_gateway(address: str | None = None) -> str:

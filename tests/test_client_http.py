@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +85,13 @@ def test_ray_address_uses_the_head_gateway_file_of_that_cluster_only(tmp_path: P
     monkeypatch.delenv("RAYDBG_GATEWAY", raising=False)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     assert client.find_gateway() == "10.0.0.1:7000"
+
+
+def test_a_gateway_file_left_by_a_dead_agent_is_ignored(tmp_path: Path) -> None:
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid that existed and is gone (not reused this quickly)
+    gw_file = private_dir(str(tmp_path)) / "gateway.json"
+    gw_file.write_text(json.dumps({"address": "10.0.0.1:7000", "pid": gone.pid}))
+    assert client._local_gateway_file(tmp_path) is None
+    gw_file.write_text(json.dumps({"address": "10.0.0.1:7000", "pid": os.getpid()}))
+    assert client._local_gateway_file(tmp_path) == "10.0.0.1:7000"

@@ -152,6 +152,7 @@ class NodeAgent:
         registry.delete(registry.AGENT + self.node_id)
         if self.is_head:
             registry.delete(registry.GATEWAY)
+            _remove_gateway_file()
 
 
 def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
@@ -179,14 +180,27 @@ def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
         return None
 
 
+def _gateway_file() -> Path | None:
+    session_dir = _ray_internals.session_dir()
+    # The session dir is open to every local user: our own 0700 dir inside it.
+    return None if session_dir is None else private_dir(session_dir) / "gateway.json"
+
+
+def _remove_gateway_file() -> None:
+    try:
+        path = _gateway_file()
+        if path is not None:
+            path.unlink(missing_ok=True)
+    except Exception:
+        log.debug("raydbg: gateway file not removed", exc_info=True)
+
+
 def _write_gateway_file(gateway: dict[str, Any]) -> None:
     """Local clients on the head find the gateway here without connecting to Ray."""
     try:
-        session_dir = _ray_internals.session_dir()
-        if session_dir is None:
+        path = _gateway_file()
+        if path is None:
             return
-        # The session dir is open to every local user: our own 0700 dir inside it.
-        path = private_dir(session_dir) / "gateway.json"
         tmp = path.with_name(f".gateway.json.{os.getpid()}")
         tmp.unlink(missing_ok=True)
         with os.fdopen(create_new(tmp), "w") as f:
