@@ -185,17 +185,8 @@ class GrpcReceiver(Collected):
         self.server.stop(grace=None)
 
 
-# A driver that makes one trace across a Ray task and an actor method call; it prints
-# {"pid", "session"} and waits for a line on stdin before shutting down.
-RAY_DRIVER = textwrap.dedent(
-    """
-    import json, os, sys
-    import ray
-    from raydbg import telemetry as tm
-    tm.setup("driver")
-    ray.init(address="local", num_cpus=1, include_dashboard=False,
-             runtime_env={"env_vars": tm.runtime_env_vars()}, **tm.ray_init_kwargs())
-
+# A task and an actor method that open spans (the drivers below call them in a span).
+TRACED_TASKS = """
     @ray.remote(max_retries=0)
     def child(x):
         with tm.span("test.task.child", x=x):
@@ -207,7 +198,19 @@ RAY_DRIVER = textwrap.dedent(
         def work(self):
             with tm.span("test.actor.child"):
                 return os.getpid()
+"""
 
+# A driver that makes one trace across a Ray task and an actor method call; it prints
+# {"pid", "session"} and waits for a line on stdin before shutting down.
+RAY_DRIVER = textwrap.dedent(
+    """
+    import json, os, sys
+    import ray
+    from raydbg import telemetry as tm
+    tm.setup("driver")
+    ray.init(address="local", num_cpus=1, include_dashboard=False,
+             runtime_env={"env_vars": tm.runtime_env_vars()}, **tm.ray_init_kwargs())
+    """ + TRACED_TASKS + """
     with tm.span("test.driver.parent", attributes={"test.case": "ray"}):
         pid = ray.get(child.remote(7))
         actor = Worker.remote()

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from cluster import ENV, Cluster
-from telemetry_otlp import RAY_SPANS, HttpReceiver, check_ray_trace, run_ray_driver
+from telemetry_otlp import RAY_SPANS, TRACED_TASKS, HttpReceiver, check_ray_trace, run_ray_driver
 
 pytestmark = pytest.mark.e2e
 
@@ -30,19 +30,7 @@ DEFAULT_JOB = textwrap.dedent(
     import ray
     from raydbg import telemetry as tm
     ray.init(address=sys.argv[1], logging_level="ERROR")
-
-    @ray.remote(max_retries=0)
-    def child(x):
-        with tm.span("test.task.child", x=x):
-            tm.counter("test.task.calls", "{call}").add(1, attributes={"test.arg": x})
-            return os.getpid()
-
-    @ray.remote
-    class Worker:
-        def work(self):
-            with tm.span("test.actor.child"):
-                return os.getpid()
-
+    """ + TRACED_TASKS + """
     plain = ray.get(child.remote(1))  # outside any span: no context travels
     with tm.span("test.driver.parent", attributes={"test.case": "ray"}):
         pid = ray.get(child.remote(7))

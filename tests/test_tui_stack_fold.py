@@ -84,9 +84,10 @@ def test_rows_fold_runs_of_library_frames_but_not_the_selected_or_innermost() ->
     assert rows(frames, True, selected=2) == [("frame", [0]), ("frame", [1]), ("frame", [2]),
                                               ("frame", [3]), ("frame", [4])]
     assert rows(frames, False) == [("frame", [i]) for i in range(5)]
-    raydbg_gate = [frame("work", "/app/a.py"), frame("run", str(Path(__file__).parents[1] / "raydbg/memory/gate.py")),
-                   frame("_raylet", lib), frame("outer", "/app/a.py")]
-    assert rows(raydbg_gate, True) == [("frame", [0]), ("fold", [1, 2]), ("frame", [3])]
+    # A raydbg frame (any file of the package) folds like a library frame.
+    raydbg_own = [frame("work", "/app/a.py"), frame("run", str(Path(__file__).parents[1] / "raydbg/worker/hook.py")),
+                  frame("_raylet", lib), frame("outer", "/app/a.py")]
+    assert rows(raydbg_own, True) == [("frame", [0]), ("fold", [1, 2]), ("frame", [3])]
 
 
 async def test_library_frames_fold_f_shows_them_e_opens_the_console(

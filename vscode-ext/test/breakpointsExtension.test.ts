@@ -8,7 +8,8 @@ import { after, before, test } from "node:test";
 import type { RaydbgApi } from "../src/extension";
 import type { ViewItem } from "../src/treeModel";
 import { FakeGateway, record, waitFor } from "./helpers/fakeGateway";
-import { installVscode, makeVscodeStub } from "./helpers/vscodeStub";
+import { activateExtension } from "./helpers/activate";
+import type { makeVscodeStub } from "./helpers/vscodeStub";
 
 const WS = "/home/me/proj";
 let gw: FakeGateway;
@@ -17,14 +18,11 @@ let api: RaydbgApi;
 
 before(async () => {
   gw = await new FakeGateway({ breakpoints: true, sessions: [record({ id: "s1", job_id: "05000000", breakpoint_id: "bp-0009" })] }).listen();
-  stub = makeVscodeStub({
+  ({ stub, api } = await activateExtension({
     folder: WS,
     config: { "raydbg.clusters": [{ name: "local", address: gw.address }], "raydbg.refreshInterval": 1 },
     secrets: { [`raydbg.token@${gw.address}`]: "s3cret" },
-  });
-  installVscode(stub.vscode);
-  const ext = await import("../src/extension");
-  api = ext.activate(stub.context as never);
+  }));
 });
 
 after(async () => {

@@ -10,7 +10,8 @@ import { after, before, test } from "node:test";
 import type { RaydbgApi } from "../src/extension";
 import type { ViewItem } from "../src/treeModel";
 import { FakeGateway, record, waitFor } from "./helpers/fakeGateway";
-import { installVscode, makeVscodeStub } from "./helpers/vscodeStub";
+import { activateExtension } from "./helpers/activate";
+import type { makeVscodeStub } from "./helpers/vscodeStub";
 
 interface PackageJson {
   activationEvents: string[];
@@ -33,15 +34,12 @@ let api: RaydbgApi;
 
 before(async () => {
   gw = await new FakeGateway({ sessions: [record({ id: "s1", cwd: "/srv/job" })] }).listen();
-  stub = makeVscodeStub({
+  ({ stub, api } = await activateExtension({
     folder: "/home/me/proj",
     config: { "raydbg.clusters": [{ name: "local", address: gw.address }], "raydbg.refreshInterval": 1 },
     // A token stored by an earlier build (by cluster name): moved to the address on activation.
     secrets: { "raydbg.token.local": "s3cret" },
-  });
-  installVscode(stub.vscode);
-  const ext = await import("../src/extension");
-  api = ext.activate(stub.context as never);
+  }));
 });
 
 after(async () => {
