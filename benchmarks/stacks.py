@@ -10,10 +10,11 @@ Python process, what a user waits for; found through RAY_ADDRESS, and with the g
 named in RAYDBG_GATEWAY), and `ray stack` (py-spy --native over every
 Ray process of this node, one after the other; ungrouped, no Ray identity). `ray stack`
 calls `sudo`: where there is none (root in a container), a pass-through `sudo` shim goes
-on its PATH. Then the cost of raydbg's stack hook while nobody asks: in one process, a
-CPU training-step loop (an MLP forward/backward/step in torch) in blocks, the hook
-installed and removed between them in alternating order (paired A/B), plus an A/A
-control of two plain blocks. Results go to
+on its PATH. Then what raydbg's gang layer costs a training step while nobody asks for
+stacks: in one process, the SD app's tiny preset UNet training step in blocks, with
+raydbg's part (the stack hook installed, and a `raydbg.progress()` beat per step, as
+`ray.train.report` and step spans give it) on and off in alternating order (paired A/B),
+plus an A/A control of two plain blocks, also alternated. Results go to
 benchmarks/results/stacks.json.
 """
 
@@ -23,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -45,6 +47,7 @@ import json, statistics, sys, time
 sys.path.insert(0, {repo!r})
 import torch
 from diffusers import UNet2DConditionModel
+import raydbg
 from raydbg.gang import cooperative
 from sd_reference.presets import tiny
 torch.set_num_threads(1)
@@ -63,30 +66,49 @@ def step():
     loss = torch.nn.functional.mse_loss(pred, noise)
     opt.zero_grad(); loss.backward(); opt.step()
 
-def block(n):
+def block(n, beat=False):
     times = []
-    for _ in range(n):
+    for i in range(n):
         t = time.perf_counter()
         step()
+        if beat:
+            raydbg.progress(i)  # what ray.train.report and a step span do per step
         times.append(time.perf_counter() - t)
     return statistics.median(times)
 
+def with_raydbg(n):
+    assert cooperative.install()
+    try:
+        return block(n, beat=True)
+    finally:
+        cooperative.uninstall()
+
 block(20)  # warm up
+with_raydbg(5)
 ab, aa = [], []
 for i in range({pairs}):
-    # hook on/off in alternating order; the A/A control compares two plain blocks the same way
+    # raydbg on/off in alternating order; the A/A control compares two plain blocks,
+    # also in alternating order, so that drift within a pair lands on both alike
     if i % 2:
-        assert cooperative.install(); b = block({steps}); cooperative.uninstall(); a = block({steps})
+        b = with_raydbg({steps}); a = block({steps})
+        a2 = block({steps}); a1 = block({steps})
     else:
-        a = block({steps}); assert cooperative.install(); b = block({steps}); cooperative.uninstall()
-    a1, a2 = block({steps}), block({steps})
+        a = block({steps}); b = with_raydbg({steps})
+        a1 = block({steps}); a2 = block({steps})
     ab.append(b / a); aa.append(a2 / a1)
 print(json.dumps({{"ab": ab, "aa": aa}}))
 """
 
 
-def stats(xs: list[float]) -> dict[str, float]:
+def stats(xs: list[float]) -> dict[str, Any]:
     return {"median": statistics.median(xs), "max": max(xs), "min": min(xs), "n": len(xs)}
+
+
+def median_ci(xs: list[float], rounds: int = 2000) -> list[float]:
+    """95 % bootstrap interval of the median: whether a ratio differs from 1 beyond noise."""
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(xs, k=len(xs))) for _ in range(rounds))
+    return [meds[int(0.025 * rounds)], meds[int(0.975 * rounds) - 1]]
 
 
 def sudo_shim() -> dict[str, str]:
@@ -207,9 +229,10 @@ def overhead_benchmark(pairs: int, steps: int, progress: Progress) -> dict[str, 
     got = json.loads(out.stdout)
     progress.advance(task)
     return {
-        "loop": "SD tiny preset UNet training step (batch 8, 8x8 latents, AdamW), 1 torch thread; ratio of block medians",
+        "loop": "SD tiny preset UNet training step (batch 8, 8x8 latents, AdamW), 1 torch thread; B: stack hook + progress() per step; ratio of block medians",
         "steps_per_block": steps, "pairs": pairs,
-        "hook_over_plain": stats(got["ab"]), "plain_over_plain_control": stats(got["aa"]),
+        "hook_over_plain": {**stats(got["ab"]), "ci95": median_ci(got["ab"]), "ratios": got["ab"]},
+        "plain_over_plain_control": {**stats(got["aa"]), "ci95": median_ci(got["aa"]), "ratios": got["aa"]},
     }
 
 
@@ -241,8 +264,10 @@ def main() -> None:
                       f"raydbg yes ({len(r['classes_of_stuck'])} classes); ray stack no")
     console.print(table)
     o = result["overhead"]
-    console.print(f"step cost, hook installed / not: median {o['hook_over_plain']['median']:.4f} "
-                  f"(A/A control {o['plain_over_plain_control']['median']:.4f}), {o['pairs']} pairs")
+    ab, aa = o["hook_over_plain"], o["plain_over_plain_control"]
+    console.print(f"step cost, raydbg's gang layer on / off: median {ab['median']:.4f} "
+                  f"(95% CI {ab['ci95'][0]:.4f}-{ab['ci95'][1]:.4f}); A/A control {aa['median']:.4f} "
+                  f"({aa['ci95'][0]:.4f}-{aa['ci95'][1]:.4f}); {o['pairs']} pairs")
     console.print(f"load average before {result['load_before']}, after {result['load_after']}")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
