@@ -1,6 +1,7 @@
 """Telemetry by default: a job run with RAY_DEBUG=1 and no set-up code writes one trace across
-the driver and its tasks (embedded files, or OTLP when the driver names an endpoint); set-up
-in the driver no longer fails tasks; `raydbg status --json` gives each agent's /metrics URL.
+the driver and its tasks (embedded files, or OTLP when the driver names an endpoint), and a
+worker of it that never emits never imports the SDK; set-up in the driver no longer fails
+tasks; `raydbg status --json` gives each agent's /metrics URL.
 
 One real cluster for the module; each job is a real subprocess driver connecting to it.
 """
@@ -30,6 +31,19 @@ DEFAULT_JOB = textwrap.dedent(
     import ray
     from raydbg import telemetry as tm
     ray.init(address=sys.argv[1], logging_level="ERROR")
+
+    @ray.remote
+    class Probe:
+        def sdk(self):  # whose breakpoint(), and which OpenTelemetry SDK modules are loaded
+            return [sys.breakpointhook.__module__,
+                    sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk"))]
+
+        def emit(self):
+            with tm.span("test.probe.emit"):
+                return self.sdk()
+
+    quiet, loud = Probe.remote(), Probe.remote()
+    ray.get([quiet.sdk.remote(), loud.sdk.remote()])  # own processes, before any task ran
     """ + TRACED_TASKS + """
     plain = ray.get(child.remote(1))  # outside any span: no context travels
     with tm.span("test.driver.parent", attributes={"test.case": "ray"}):
@@ -37,7 +51,8 @@ DEFAULT_JOB = textwrap.dedent(
         actor = Worker.remote()
         ray.get(actor.work.remote())
     tm.histogram("test.driver.wait", "s").record(0.25, phase="get")
-    info = {"pid": pid, "plain": plain, "driver": os.getpid(),
+    lazy = {"quiet": ray.get(quiet.sdk.remote()), "loud": ray.get(loud.emit.remote())}
+    info = {"pid": pid, "plain": plain, "driver": os.getpid(), "lazy": lazy,
             "job": ray.get_runtime_context().get_job_id(), "kind": tm.stats()["kind"],
             "session": ray._private.worker._global_node.get_session_dir_path()}
     print(json.dumps(info), flush=True)
@@ -110,6 +125,14 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
 
 
+def _check_lazy_set_up(info: dict[str, Any]) -> None:
+    """An activated worker that never emits has not imported the SDK; one that emits has."""
+    quiet, loud = info["lazy"]["quiet"], info["lazy"]["loud"]
+    assert quiet[0] == loud[0] == "raydbg.worker.hook"  # both activated (raydbg's breakpoint)
+    assert quiet[1] == [], quiet
+    assert "opentelemetry.sdk.trace" in loud[1], loud  # the probe sees an import
+
+
 def _records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -136,6 +159,7 @@ def test_default_files_hold_one_trace_across_driver_and_tasks(
 
     info = run_ray_driver(_job_env(), worker_wrote, DEFAULT_JOB, (cluster.address,))
     assert info["kind"] == "driver"
+    _check_lazy_set_up(info)
     files = _job_files(tdir, info["job"])
     driver_file = tdir / f"driver-{info['driver']}.jsonl"
     worker_file = tdir / f"worker-{info['pid']}.jsonl"
@@ -189,6 +213,7 @@ def test_otlp_endpoint_in_the_driver_reaches_driver_and_workers(
     finally:
         receiver.close()
     check_ray_trace(spans, info)  # with OTLP, each span's resource names its process too
+    _check_lazy_set_up(info)
     by_metric: dict[str, list[dict[str, Any]]] = {}
     for name, _kind, point in points:
         by_metric.setdefault(name, []).append(point)

@@ -15,7 +15,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
-    AggregationTemporality,
     Gauge,
     Histogram,
     MetricExporter,
@@ -217,12 +216,9 @@ class JsonlMetricExporter(MetricExporter):
     """Writes each SDK collection as metric lines (and the latest snapshot beside them)."""
 
     def __init__(self, file: JsonlFile) -> None:
-        # Cumulative: the last snapshot in a file is the process's current total.
-        super().__init__(
-            preferred_temporality={
-                t: AggregationTemporality.CUMULATIVE for t in _instrument_types()
-            }
-        )
+        # No preference stated: the reader's default, cumulative for every instrument, so
+        # the last snapshot in a file is the process's current total.
+        super().__init__()
         self.file = file
 
     def export(
@@ -254,24 +250,3 @@ class JsonlMetricExporter(MetricExporter):
     def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
         self.file.close()
 
-
-def _instrument_types() -> list[type]:
-    from opentelemetry.sdk.metrics import (
-        Counter,
-        Histogram,
-        ObservableCounter,
-        ObservableGauge,
-        ObservableUpDownCounter,
-        UpDownCounter,
-    )
-    from opentelemetry.sdk.metrics import _Gauge as SyncGauge
-
-    return [
-        Counter,
-        UpDownCounter,
-        Histogram,
-        ObservableCounter,
-        ObservableUpDownCounter,
-        ObservableGauge,
-        SyncGauge,
-    ]

@@ -1,7 +1,7 @@
 """Prometheus exposition of raydbg metrics for the node agent, plus scrape-config helpers.
 
-`prometheus_text()` renders, with prometheus_client and OpenTelemetry's Prometheus
-exporter, this process's metrics and the latest snapshot of every other live process
+`prometheus_text()` renders, with prometheus_client and OTel's Prometheus naming rules
+(`promconvert`), this process's metrics and the latest snapshot of every other live process
 on the node that writes the embedded files (`<kind>-<pid>.metrics.json`). Series carry
 `raydbg_process` and `process_pid` labels so processes never collide.
 `metrics_handler` is an aiohttp handler for `/metrics`; `write_file_sd` and
@@ -13,7 +13,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import (
@@ -36,6 +36,7 @@ from prometheus_client.metrics_core import Metric as PromMetric
 from raydbg.private_dir import open_private
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.jsonl import SNAPSHOT_SUFFIX
+from raydbg.telemetry.promconvert import families, target_info
 from raydbg.telemetry.provider import LABEL_RESOURCE_KEYS, SCOPE, state
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -88,15 +89,8 @@ def snapshot_to_metrics_data(snapshot: Mapping[str, Any]) -> MetricsData:
     return MetricsData([ResourceMetrics(resource, [scope], "")])
 
 
-def _node_families(directory: str) -> list[PromMetric]:
-    # Reuse the OTel exporter's translation so names/units match this process's exactly.
-    from opentelemetry.exporter.prometheus import _CustomCollector
-
-    collector = _CustomCollector(
-        disable_target_info=True,
-        scope_info_enabled=False,
-        resource_attribute_filter=LABEL_RESOURCE_KEYS.__contains__,
-    )
+def _node_data(directory: str, skip_pid: int | None) -> Iterator[MetricsData]:
+    """The latest snapshot of each live process on the node, except `skip_pid`'s."""
     for path in glob.glob(os.path.join(directory, f"*{SNAPSHOT_SUFFIX}")):
         try:
             with open(path, encoding="utf-8") as fh:
@@ -104,38 +98,37 @@ def _node_families(directory: str) -> list[PromMetric]:
             pid = int(snap.get("resource", {}).get("process.pid", 0))
         except (OSError, ValueError):
             continue
-        if (pid == os.getpid() and state.registry is not None) or not _alive(pid):
-            continue  # this process is served live; dead processes' gauges would lie
-        collector.add_metrics_data(snapshot_to_metrics_data(snap))
-    return list(collector.collect())
+        if pid == skip_pid or not _alive(pid):
+            continue  # served live; or dead, and a dead process's gauges would lie
+        yield snapshot_to_metrics_data(snap)
 
 
-class _Merged:
-    """A `collect()`-able set of families; same-named families are merged (one TYPE line)."""
+class _Families:
+    """Ready-made families, in the shape `generate_latest` reads."""
 
-    def __init__(self, families: Iterable[PromMetric]) -> None:
-        self.families: dict[str, PromMetric] = {}
-        for fam in families:
-            have = self.families.get(fam.name)
-            if have is None:
-                self.families[fam.name] = fam
-            else:
-                have.samples.extend(fam.samples)
+    def __init__(self, families: list[PromMetric]) -> None:
+        self.families = families
 
     def collect(self) -> Iterable[PromMetric]:
-        return self.families.values()
+        return self.families
 
 
 def prometheus_text(node: bool = True, directory: str | None = None) -> bytes:
     """Prometheus text of this process's raydbg metrics, and (node=True) of the node's
     other live processes that write the embedded snapshot files."""
-    families: list[PromMetric] = []
-    if state.registry is not None:
-        families.extend(state.registry.collect())
+    datas: list[MetricsData] = []
+    info: list[PromMetric] = []
+    reader = state.metric_reader if state.meter_provider is not None else None
+    live = reader.get_metrics_data() if reader is not None else None
+    if live is not None:
+        datas.append(live)
+        # target_info names this process's whole resource (snapshots have their labels).
+        info = [target_info(rm.resource) for rm in live.resource_metrics[:1]]
     if node:
         plan_dir = state.plan.jsonl_dir if state.plan else os.environ.get("RAYDBG_TELEMETRY_DIR")
-        families.extend(_node_families(directory or raycontext.telemetry_dir(plan_dir)))
-    return generate_latest(_Merged(families))  # type: ignore[arg-type]
+        found = directory or raycontext.telemetry_dir(plan_dir)
+        datas.extend(_node_data(found, os.getpid() if reader is not None else None))
+    return generate_latest(_Families(info + families(datas, LABEL_RESOURCE_KEYS)))
 
 
 async def metrics_handler(request: Any) -> Any:

@@ -21,6 +21,7 @@ from opentelemetry.metrics import Observation
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import (
     ConsoleMetricExporter,
+    InMemoryMetricReader,
     MetricExporter,
     MetricReader,
     PeriodicExportingMetricReader,
@@ -28,7 +29,6 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
-from prometheus_client import CollectorRegistry
 
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.bounded import BoundedSpanProcessor
@@ -56,7 +56,8 @@ class State:
     meter_provider: MeterProvider | None = None
     processors: list[BoundedSpanProcessor] = field(default_factory=list)
     jsonl: JsonlFile | None = None
-    registry: CollectorRegistry | None = None
+    # The live reader behind prometheus_text() (cumulative, read on each scrape).
+    metric_reader: InMemoryMetricReader | None = None
 
 
 state = State()
@@ -89,7 +90,7 @@ def _metric_exporter(
     if name == "console":
         return ConsoleMetricExporter()
     if name == "prometheus":
-        return None  # pull only: the in-process registry behind prometheus_text()
+        return None  # pull only: the in-process reader behind prometheus_text()
     if plan.metrics_protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (
             OTLPMetricExporter as GrpcMetricExporter,
@@ -119,8 +120,6 @@ class _RayAttributes(SpanProcessor):
 
 def build(plan: Plan, kind: str) -> State:
     """Build providers and exporters for `plan` without installing anything globally."""
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
-
     built = State(kind=kind, plan=plan)
     resource = _resource(kind)
 
@@ -153,14 +152,8 @@ def build(plan: Plan, kind: str) -> State:
     if kind == "agent" or "prometheus" in plan.metrics:
         # Only a process that serves /metrics needs the live reader (each reader doubles
         # the cost of every metric update); others are served from their snapshot files.
-        built.registry = CollectorRegistry(auto_describe=True)
-        readers.append(
-            PrometheusMetricReader(
-                registry=built.registry,
-                scope_info_enabled=False,
-                resource_attribute_filter=LABEL_RESOURCE_KEYS.__contains__,
-            )
-        )
+        built.metric_reader = InMemoryMetricReader()  # every instrument cumulative by default
+        readers.append(built.metric_reader)
     for name in plan.metrics:
         exporter = _metric_exporter(name, plan, jsonl)
         if exporter is not None:
