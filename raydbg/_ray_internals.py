@@ -1,12 +1,25 @@
 """Ray's private modules and internals raydbg patches or reads, in one place (written for Ray 2.60.0).
 
 Everything else in raydbg uses Ray's public API. When Ray changes, this is the file to
-check: each entry names the private thing it relies on.
+check: each entry names the private thing it relies on. tests/test_ray_private_uses.py
+fails when another module imports a private Ray module or reads `_x` of a Ray name.
+
+Ray couplings left outside this file, and why:
+  registry.py, memory/budgets.py: `ray.experimental.internal_kv.internal_kv_get_gcs_client()`
+    (a public module; the GcsClient it returns is a `_raylet` class, used by its public
+    `internal_kv_*` methods).
+  memory/identity.py: field names of the protobuf rows `all_task_events` and
+    `alive_actor_rows` return (TaskEvents, ActorTableData): data, read as plain fields.
+  memory/identity.py, memory/killer.py: process titles (`ray::IDLE`, `ray::<task>`) and
+    the raylet's command line: Ray's process conventions, not Python APIs.
+  agent/nodes.py, agent/lifecycle.py: the head's `node:__internal_head__` resource in
+    `ray.nodes()` (public API, Ray's own marker of the head node).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -344,6 +357,22 @@ def node_identity() -> dict[str, str]:
         return {}
 
 
+# --- Post-mortem (raydbg/worker/hook.py) ----------------------------------------------
+# With RAY_DEBUG_POST_MORTEM=1, a failed task's `except` in _raylet.pyx calls
+# `ray.util.pdb._post_mortem()` (ray.util.rpdb), which with RAY_DEBUG=1 calls
+# `ray.util.debugpy._post_mortem()`; replacing both sends either path to raydbg.
+POST_MORTEM_MODULES = ("ray.util.rpdb", "ray.util.debugpy")
+
+
+def route_post_mortem(post_mortem: Callable[[], None]) -> None:
+    """Make Ray's task-error path call `post_mortem()` (inside its except clause)."""
+    import importlib
+
+    for name in POST_MORTEM_MODULES:
+        module: Any = importlib.import_module(name)
+        module._post_mortem = post_mortem
+
+
 # --- The memory monitor and its start gate (raydbg/memory/) ----------------------------
 # Per task, `execute_task` in _raylet.pyx calls `worker.record_task_log_start(task_id,
 # attempt_number)` after the arguments are deserialized and the process title names the
@@ -440,6 +469,64 @@ def current_task_id_hex() -> str | None:
         return str(ray._private.worker.global_worker.current_task_id.hex())
     except Exception:
         return None
+
+
+# --- Retry budgets, submit side (raydbg/memory/budgets.py) ------------------------------
+# Every `f.remote()` and `f.options(...).remote()` of a normal task calls
+# `RemoteFunction._remote(self, args, kwargs, serialized_runtime_env_info, **task_options)`
+# (task_options: the call's options merged over the function's). On `self`:
+# `_function_descriptor.function_id` (the id gate_task_functions sees in the worker),
+# `_default_options` (the function's own options) and `_function_name` ("module.name").
+# Ray's default `max_retries` is `ray._common.ray_option_utils.task_options`'s.
+
+
+def wrap_task_submit(
+    after: Callable[[Any, str, dict[str, Any], dict[str, Any], str], None],
+) -> bool:
+    """Call `after(result, function id hex, function options, call options, function name)`
+    once each normal task from this process is submitted (`result`: what `.remote()`
+    returned); idempotent; False when this Ray lacks the hook point. Whatever `after`
+    raises is logged at debug level: never the reason a submission fails."""
+    try:
+        from ray.remote_function import RemoteFunction
+    except Exception:
+        return False
+    orig = getattr(RemoteFunction, "_remote", None)
+    if orig is None:
+        return False
+    if getattr(orig, "_raydbg", False):
+        return True
+
+    @functools.wraps(orig)
+    def _remote(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = orig(self, *args, **kwargs)
+        try:
+            fid = self._function_descriptor.function_id.hex()
+            after(result, fid, self._default_options, kwargs, getattr(self, "_function_name", ""))
+        except Exception as e:
+            logging.getLogger("raydbg").debug("raydbg: after-submit hook failed: %s", e)
+        return result
+
+    _remote._raydbg = True  # type: ignore[attr-defined]
+    RemoteFunction._remote = _remote  # type: ignore[method-assign]
+    return True
+
+
+def unwrap_task_submit() -> None:
+    """Undo wrap_task_submit (tests)."""
+    from ray.remote_function import RemoteFunction
+
+    cur = RemoteFunction._remote
+    if getattr(cur, "_raydbg", False):
+        RemoteFunction._remote = cur.__wrapped__  # type: ignore[attr-defined,method-assign]
+
+
+@functools.cache
+def default_task_max_retries() -> int:
+    """Ray's `max_retries` for a task that sets none (before RAY_TASK_MAX_RETRIES)."""
+    from ray._common import ray_option_utils
+
+    return int(ray_option_utils.task_options["max_retries"].default_value)
 
 
 def gcs_client(address: str) -> Any:

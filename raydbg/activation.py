@@ -49,9 +49,9 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
 
     # Before the job's first .remote(): trace context to its tasks (their hook takes it).
     ray_tracing.activate_driver()
-    from raydbg.memory.settings import switch
+    from raydbg.memory import settings
 
-    if switch("RAYDBG_MEMORY_BUDGETS"):
+    if settings.current().budgets:
         # The memory monitor spares non-retriable work only if it knows each task's budget.
         from raydbg.memory import start_gate
 
@@ -78,17 +78,10 @@ def _driver_breakpoint(*args: Any, **kwargs: Any) -> None:
 
 def install_driver_breakpoint() -> None:
     # ray.init sets PYTHONBREAKPOINT to a remote wait; replacing the hook itself wins.
-    if not _in_ray_worker():
+    from raydbg import _ray_internals
+
+    if _ray_internals.worker_mode() != "worker":
         sys.breakpointhook = _driver_breakpoint
-
-
-def _in_ray_worker() -> bool:
-    try:
-        import ray
-
-        return bool(ray._private.worker.global_worker.mode == ray.WORKER_MODE)
-    except Exception:
-        return False
 
 
 def enable_in_environ(environ: dict[str, str]) -> None:

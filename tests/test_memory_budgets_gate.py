@@ -87,10 +87,14 @@ def test_record_flush_lookup_and_prune(gcs: FakeGcs) -> None:
     assert budgets.flush(5)
     got = budgets.lookup([TID, "00" * 24])
     assert list(got) == [TID] and got[TID]["max_retries"] == 0 and got[TID]["parent"] == "parent"
+    assert budgets.killed_record(TID) is None
     budgets.mark_killed(TID, 2, "ev1", memory=GiB)
     assert budgets.killed_counts([TID]) == {TID: 2}
+    got = budgets.killed_record(TID)
+    assert got is not None and (got["kills"], got["event"], got["memory"]) == (2, "ev1", GiB)
     budgets.prune_job("01000000")
     assert budgets.lookup([TID]) == {} and budgets.killed_counts([TID]) == {}
+    assert budgets.killed_record(TID) is None
 
 
 def test_effective_max_retries(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -123,8 +127,13 @@ class _Ref:
 
 
 class _Gen:
+    """ObjectRefGenerator's public side: `completed()` is its task's ref."""
+
     def __init__(self, h: str) -> None:
-        self._generator_ref = _Ref(h)
+        self.ref = _Ref(h)
+
+    def completed(self) -> _Ref:
+        return self.ref
 
 
 def test_task_id_of_shapes() -> None:

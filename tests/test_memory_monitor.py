@@ -351,15 +351,43 @@ def test_run_and_stop_in_a_thread(tmp_path: Path) -> None:
 
 
 def test_config_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.memory import settings
+
     monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "dry-run")
     monkeypatch.setenv("RAYDBG_MEMORY_THRESHOLD", "0.8")
     monkeypatch.setenv("RAYDBG_MEMORY_MIN_FREE", str(GiB))
-    cfg = MonitorConfig.from_env()
+    settings.reload()
+    cfg = MonitorConfig.current()
     assert cfg.mode == "dry-run" and cfg.policy.threshold == 0.8 and cfg.policy.min_free == GiB
     monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "0")
     monkeypatch.setenv("RAYDBG_MEMORY_THRESHOLD", "junk")
-    cfg = MonitorConfig.from_env()
+    settings.reload()
+    cfg = MonitorConfig.current()
     assert cfg.mode == "off" and cfg.policy.threshold == 0.9
+    monkeypatch.undo()
+    settings.reload()
+
+
+# min-free 2 GiB of 4: the threshold mark is 2 GiB (0.5 of LIMIT), not 0.9 of LIMIT.
+MIN_FREE_CFG = replace(CFG, refresh_s=1.0, policy=replace(CFG.policy, min_free=2 * GiB))
+
+
+def test_min_free_moves_the_warm_band(tmp_path: Path) -> None:
+    # 1.5 GiB is within the warm band (15% of the limit) below the 2 GiB mark, though far
+    # below 0.9 of the limit: fast polls and per-process scans, no kill yet.
+    mon, killed, _, _, _ = make(tmp_path, [int(1.5 * GiB)], [task(1, GiB, 1)], MIN_FREE_CFG)
+    assert mon.poll() == MIN_FREE_CFG.fast_refresh_s
+    assert mon.stats["scans"] == 1 and not killed
+
+
+def test_min_free_moves_the_refresh_interval(tmp_path: Path) -> None:
+    # 1.25 GiB growing at 0.5 GiB/s: 1.5 s to the 2 GiB mark, polled every 1.5 / 4 s
+    # (not 4.7 s to 0.9 of the limit, which would give the 1 s refresh).
+    mon, killed, _, _, clock = make(tmp_path, [GiB, int(1.25 * GiB)], [], MIN_FREE_CFG)
+    mon.poll()
+    clock.t += 0.5
+    assert mon.poll() == pytest.approx(1.5 / 4, rel=1e-3)
+    assert not killed
 
 
 def test_growth_window() -> None:

@@ -16,6 +16,7 @@ from raydbg.memory.policy import (
     Snapshot,
     decide,
     preference_order,
+    rank,
 )
 
 GiB = 1 << 30
@@ -129,6 +130,18 @@ def test_last_task_of_caller_taken_when_others_cannot_free_enough() -> None:
     d = decide(Snapshot(OVER, LIMIT, (a1, a2, b1)), CFG)
     assert [v.candidate.pid for v in d.victims] == [3]
     assert "last running task" in d.victims[0].reason
+
+
+def test_last_of_caller_is_counted_among_the_survivors_of_the_round() -> None:
+    # One computation serves the order and the round: once A's newer task is chosen,
+    # its older one becomes A's last (idle workers and callerless tasks never are).
+    a1, a2 = task(1, GiB, 10, owner="A"), task(2, GiB, 11, owner="A")
+    b1 = task(3, GiB, 12, owner="B")
+    idle = Candidate(pid=4, memory=GiB, kind=IDLE)
+    order, last = rank((a1, a2, b1, idle))
+    assert last == {3} and [c.pid for c in order] == [4, 2, 1, 3]
+    order, last = rank((a1, a2, b1, idle), frozenset({2}))
+    assert last == {1, 3} and [c.pid for c in order] == [4, 1, 3]
 
 
 def test_frees_enough_with_several_and_stops_when_covered() -> None:

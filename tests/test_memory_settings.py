@@ -1,4 +1,4 @@
-"""Memory settings: one on/off parser, read once, and marks that honour min-free (no Ray)."""
+"""Memory settings: one on/off parser, read once and shared, marks that honour min-free (no Ray)."""
 
 from __future__ import annotations
 
@@ -51,3 +51,59 @@ def test_read_once_per_process_until_reloaded(monkeypatch: pytest.MonkeyPatch) -
     assert settings.reload().max_hold_s == 9
     monkeypatch.undo()
     settings.reload()
+
+
+def test_monitor_config_is_this_processs_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The environment changed after the settings were read: the monitor follows the one
+    # settings object, as the gate does, not a second read of the environment.
+    monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "on")
+    monkeypatch.setenv("RAYDBG_MEMORY_MIN_FREE", str(GiB))
+    monkeypatch.setattr(settings, "_current", Settings(monitor="dry-run"))
+    cfg = MonitorConfig.current()
+    assert cfg.mode == "dry-run" and cfg.policy.min_free == 0
+
+
+def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from raydbg import activation, compat, config
+    from raydbg.breakpoints import worker as armed_breakpoints
+    from raydbg.memory import start_gate
+    from raydbg.telemetry import ray_tracing
+    from raydbg.worker import hook, train
+
+    calls: list[str] = []
+    monkeypatch.setattr(start_gate, "driver_setup", lambda: calls.append("driver"))
+    monkeypatch.setattr(start_gate, "worker_setup", lambda: calls.append("worker"))
+    # Everything else the two hooks set up stays out of this process.
+    monkeypatch.setattr(compat, "check", lambda where: True)
+    monkeypatch.setattr(config, "is_active", lambda: True)
+    monkeypatch.setattr(ray_tracing, "activate_driver", lambda: None)
+    monkeypatch.setattr(ray_tracing, "worker_ready", lambda: None)
+    monkeypatch.setattr(activation, "install_driver_breakpoint", lambda: None)
+    monkeypatch.setattr(hook, "install", lambda: None)
+    monkeypatch.setattr(train, "install", lambda: None)
+    monkeypatch.setattr(armed_breakpoints, "worker_setup", lambda: None)
+    monkeypatch.delenv(hook.USER_HOOK_ENV, raising=False)
+
+    monkeypatch.setenv("RAYDBG_MEMORY_BUDGETS", "1")
+    monkeypatch.setattr(settings, "_current", Settings(budgets=False))
+    activation.with_raydbg({})
+    hook.setup_hook()
+    assert calls == []
+    monkeypatch.setenv("RAYDBG_MEMORY_BUDGETS", "0")
+    monkeypatch.setattr(settings, "_current", Settings(budgets=True))
+    activation.with_raydbg({})
+    hook.setup_hook()
+    assert calls == ["driver", "worker"]
+
+
+def test_the_agent_takes_the_monitor_switch_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.agent import actor
+    from raydbg.agent.monitor_state import MonitorWatch
+
+    monkeypatch.delenv("RAYDBG_MEMORY_MONITOR", raising=False)
+    monkeypatch.setattr(settings, "_current", Settings(monitor="off"))
+    watch = MonitorWatch()
+    assert actor._spawn_memory_monitor("n1", watch) is None
+    assert watch.off and watch.error is None

@@ -66,7 +66,7 @@ class NodeAgent:
         port = config.gateway_port() if self.is_head else 0
         site = web.TCPSite(runner, host, port)
         loop.run_until_complete(site.start())
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = int(runner.addresses[0][1])  # (host, port[, ...]) of the bound socket
         self._ready.set()
         loop.run_forever()
 
@@ -159,9 +159,9 @@ def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
     """The memory monitor runs as its own process (out of the OOM killer's first pick, which
     every Ray worker, this agent included, is); one per node however often the agent restarts.
     `watch` learns whether it is switched off or could not be spawned."""
-    from raydbg.memory.settings import Settings
+    from raydbg.memory import settings
 
-    if Settings.from_env().monitor == "off":
+    if settings.current().monitor == "off":
         watch.off = True
         return None
     try:

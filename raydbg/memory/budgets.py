@@ -1,9 +1,9 @@
 """Retry budgets recorded where tasks are submitted, since Ray's state API does not expose them.
 
-`install_submit_hook()` wraps `RemoteFunction._remote` (the one path every
-`f.remote()` and `f.options(...).remote()` call takes in Ray 2.60). After Ray has
-submitted the task, the wrapper knows the effective `max_retries` and the task id
-(the returned ObjectRef's `task_id()`).
+`install_submit_hook()` has Ray call `after_submit` once each task submitted from
+this process is submitted (the hook point is Ray's: _ray_internals.wrap_task_submit).
+It then knows the effective `max_retries` and the task id (the returned ObjectRef's
+`task_id()`).
 
 Most calls use their function's default, so the GCS internal KV (namespace
 "raydbg") holds that default once per job and function, `fn/<job_hex>/<function_id>`,
@@ -24,7 +24,6 @@ Actors need no record: GCS's actor table carries `max_restarts`/`num_restarts`.
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import os
@@ -33,6 +32,7 @@ import threading
 import time
 from typing import Any
 
+from raydbg import _ray_internals
 from raydbg.config import NAMESPACE
 
 log = logging.getLogger("raydbg.memory")
@@ -43,7 +43,6 @@ KILLED = "killed/"  # killed/<job_hex>/<task_hex> -> raydbg kills of that task (
 _NS = NAMESPACE.encode()
 _FLUSH_S = 0.02
 _TIMEOUT = 5.0
-_MARK = "__raydbg_budget__"
 
 _queue: queue.Queue[tuple[str, bytes]] = queue.Queue()
 _flusher: threading.Thread | None = None
@@ -86,17 +85,15 @@ def effective_max_retries(task_options: dict[str, Any]) -> int:
     value = task_options.get("max_retries")
     if value is not None:
         return int(value)
-    from ray._common import ray_option_utils
-
-    default = ray_option_utils.task_options["max_retries"].default_value
-    return int(os.environ.get("RAY_TASK_MAX_RETRIES", default))
+    return int(os.environ.get("RAY_TASK_MAX_RETRIES", _ray_internals.default_task_max_retries()))
 
 
 def task_id_of(result: Any) -> str | None:
     """The task id behind what `.remote()` returned (ref, list of refs, generator)."""
     if isinstance(result, list):
         result = result[0] if result else None
-    ref = getattr(result, "_generator_ref", result)  # ObjectRefGenerator
+    completed = getattr(result, "completed", None)  # ObjectRefGenerator: its task's ref
+    ref = completed() if callable(completed) else result
     tid = getattr(ref, "task_id", None)
     if tid is None:
         return None  # num_returns=0, client mode: unknown budget
@@ -107,8 +104,6 @@ def task_id_of(result: Any) -> str | None:
 
 
 def _current_task_hex() -> str | None:
-    from raydbg import _ray_internals
-
     return _ray_internals.current_task_id_hex()
 
 
@@ -202,45 +197,29 @@ def flush(timeout: float = 5.0) -> bool:
     return not _queue.unfinished_tasks
 
 
+def after_submit(
+    result: Any, function_id: str, function_options: dict[str, Any],
+    call_options: dict[str, Any], function_name: str,
+) -> None:
+    """What the submit hook does for one `.remote()` (`call_options`: the call's task
+    options merged over the function's); never raises."""
+    try:
+        tid = task_id_of(result)
+        if tid is not None:
+            name = call_options.get("name") or function_name
+            default = effective_max_retries(function_options)
+            record_call(tid, function_id, effective_max_retries(call_options), default, str(name))
+    except Exception as e:
+        log.debug("raydbg: budget not recorded: %s", e)
+
+
 def install_submit_hook() -> bool:
     """Record every task submitted from this process. Idempotent; False if Ray lacks the hook point."""
-    try:
-        from ray.remote_function import RemoteFunction
-    except Exception:
-        return False
-    orig = getattr(RemoteFunction, "_remote", None)
-    if orig is None:
-        return False
-    if getattr(orig, _MARK, False):
-        return True
-
-    @functools.wraps(orig)
-    def _remote(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = orig(self, *args, **kwargs)
-        try:
-            tid = task_id_of(result)
-            if tid is not None:
-                # kwargs hold the call's task options (merged with the function's).
-                name = kwargs.get("name") or getattr(self, "_function_name", "")
-                fid = self._function_descriptor.function_id.hex()
-                default = effective_max_retries(self._default_options)
-                mine = effective_max_retries(kwargs)
-                record_call(tid, fid, mine, default, str(name))
-        except Exception as e:
-            log.debug("raydbg: budget not recorded: %s", e)
-        return result
-
-    setattr(_remote, _MARK, True)
-    RemoteFunction._remote = _remote  # type: ignore[method-assign]
-    return True
+    return _ray_internals.wrap_task_submit(after_submit)
 
 
 def uninstall_submit_hook() -> None:
-    from ray.remote_function import RemoteFunction
-
-    cur = RemoteFunction._remote
-    if getattr(cur, _MARK, False):
-        RemoteFunction._remote = cur.__wrapped__  # type: ignore[attr-defined,method-assign]
+    _ray_internals.unwrap_task_submit()
 
 
 def _multi_get(keys: list[str]) -> dict[str, bytes]:
@@ -275,6 +254,16 @@ def lookup(
             except ValueError:
                 continue
     return out
+
+
+def killed_record(task_id_hex: str) -> dict[str, Any] | None:
+    """The monitor's record of its last kill of this task (mark_killed), or None."""
+    raw = _multi_get([killed_key(task_id_hex)]).get(killed_key(task_id_hex))
+    try:
+        got = json.loads(raw) if raw else None
+    except ValueError:
+        return None
+    return got if isinstance(got, dict) else None
 
 
 def killed_counts(task_ids: list[str]) -> dict[str, int]:

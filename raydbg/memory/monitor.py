@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from raydbg.memory import node_files
+from raydbg.memory import node_files, settings
 from raydbg.memory.events import kill_event
 from raydbg.memory.identity import titles
 from raydbg.memory.learn import PeakLearner, peaks_path
@@ -31,6 +31,7 @@ from raydbg.memory.policy import (
     Snapshot,
     decide,
     marks,
+    threshold_bytes,
     trigger_of,
 )
 from raydbg.memory.procs import ProcMem, scan
@@ -47,7 +48,7 @@ class MonitorConfig:
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     refresh_s: float = 0.25  # far from the threshold
     fast_refresh_s: float = 0.05  # near it or when growth is fast
-    warm_band: float = 0.15  # "near" = within this fraction of the limit below threshold
+    warm_band: float = 0.15  # "near" = within this fraction of the limit below the threshold mark
     scan_every_s: float = 0.25  # per-process scans in the warm band (growth per worker)
     pending_timeout_s: float = 10.0  # stop waiting for a victim that does not exit
     # Raise the gate's flag when growth reaches the high mark within this: a task started
@@ -56,8 +57,9 @@ class MonitorConfig:
     dry_run_cooldown_s: float = 5.0
 
     @classmethod
-    def from_env(cls) -> MonitorConfig:
-        return cls.of(Settings.from_env())
+    def current(cls) -> MonitorConfig:
+        """This process's settings (settings.current(): read once, like the gate's)."""
+        return cls.of(settings.current())
 
     @classmethod
     def of(cls, s: Settings) -> MonitorConfig:
@@ -126,7 +128,7 @@ class MemoryMonitor:
         self.kill = kill
         self.record_event = record_event
         self.measurer = measurer or NodeMeasurer()
-        self.config = config or MonitorConfig.from_env()
+        self.config = config or MonitorConfig.current()
         self.node_id = node_id
         self.alive = alive or (lambda pid: pid_alive(pid, self.measurer.roots))
         self.clock = clock
@@ -204,19 +206,21 @@ class MemoryMonitor:
         growth = self.node_growth.add(now, node.used)
         self._metrics.node(node, self.node_id)
         self._update_flag(node, growth)
-        thr_frac = cfg.policy.threshold
-        warm = node.fraction >= thr_frac - cfg.warm_band or (
+        # The threshold mark in bytes (policy.threshold_bytes): min-free moves it, and with
+        # it the warm band, the refresh interval and recovery.
+        thr = threshold_bytes(node.limit, cfg.policy)
+        warm = node.used >= thr - cfg.warm_band * node.limit or (
             growth > 0 and (node.limit - node.used) / growth < 5 * cfg.policy.horizon_s
         )
         trig = trigger_of(node.used, node.limit, growth, cfg.policy)
         if trig is None:
             self._last_calm = now
-            if self.crossed_at is not None and node.fraction < thr_frac:
+            if self.crossed_at is not None and node.used < thr:
                 self._metrics.recovered(now - self.crossed_at, self.node_id)
                 self.crossed_at = None
             if warm and now - self._last_scan >= cfg.scan_every_s:
                 self._scan(now)  # keep per-worker growth fresh for a quick decision
-            return self._interval(node, growth, warm)
+            return self._interval(node.used, thr, growth, warm)
         if self.crossed_at is None:
             # The crossing happened after the last calm poll: measure reaction from there
             # (an upper bound, at most one refresh interval early).
@@ -235,12 +239,12 @@ class MemoryMonitor:
             log.warning("raydbg memory monitor: %s, no killable worker", decision.message)
         return cfg.fast_refresh_s
 
-    def _interval(self, node: NodeMemory, growth: float, warm: bool) -> float:
+    def _interval(self, used: int, thr: int, growth: float, warm: bool) -> float:
         cfg = self.config
         if warm:
             return cfg.fast_refresh_s
         if growth > 0:
-            to_threshold = (node.limit * cfg.policy.threshold - node.used) / growth
+            to_threshold = (thr - used) / growth
             return max(cfg.fast_refresh_s, min(cfg.refresh_s, to_threshold / 4))
         return cfg.refresh_s
 

@@ -174,15 +174,24 @@ def _group_key(c: Candidate) -> str:
     return c.owner if c.owner is not None else f"pid:{c.pid}"
 
 
-def preference_order(
+def last_of_caller(candidates: list[Candidate]) -> frozenset[int]:
+    """Pids of the running tasks that are their caller's last among `candidates`: the
+    one place the last-of-caller rule is computed."""
+    alive = Counter(c.owner for c in candidates if c.kind != IDLE and c.owner is not None)
+    return frozenset(
+        c.pid for c in candidates if c.kind != IDLE and c.owner is not None and alive[c.owner] <= 1
+    )
+
+
+def rank(
     candidates: tuple[Candidate, ...] | list[Candidate],
     chosen: frozenset[int] = frozenset(),
     idle_first: bool = True,
-) -> list[Candidate]:
-    """All candidates not in `chosen`, best victim first (see the module docstring)."""
+) -> tuple[list[Candidate], frozenset[int]]:
+    """All candidates not in `chosen`, best victim first (see the module docstring), and
+    which of them are their caller's last running task once `chosen` die."""
     rest = [c for c in candidates if c.pid not in chosen]
-    # Running (non-idle) tasks per caller that survive the kills chosen so far.
-    alive_per_owner = Counter(c.owner for c in rest if c.kind != IDLE and c.owner is not None)
+    last = last_of_caller(rest)
     group_size: Counter[tuple[int, str]] = Counter(
         (stage(c, idle_first), _group_key(c)) for c in candidates
     )
@@ -191,16 +200,13 @@ def preference_order(
         k = (stage(c, idle_first), _group_key(c))
         group_oldest[k] = min(group_oldest.get(k, c.start_time), c.start_time)
 
-    def last_of_caller(c: Candidate) -> bool:
-        return c.kind != IDLE and c.owner is not None and alive_per_owner[c.owner] <= 1
-
     def key(c: Candidate) -> tuple[object, ...]:
         g = (stage(c, idle_first), _group_key(c))
         if c.kind == IDLE:  # idle: biggest first, nothing else matters
             return (stage(c, idle_first), False, False, 0, 0.0, "", -c.memory, 0.0, c.pid)
         return (
             stage(c, idle_first),
-            last_of_caller(c),
+            c.pid in last,
             c.prior_kills > 0,
             -group_size[g],
             -group_oldest[g],
@@ -210,7 +216,16 @@ def preference_order(
             c.pid,
         )
 
-    return sorted(rest, key=key)
+    return sorted(rest, key=key), last
+
+
+def preference_order(
+    candidates: tuple[Candidate, ...] | list[Candidate],
+    chosen: frozenset[int] = frozenset(),
+    idle_first: bool = True,
+) -> list[Candidate]:
+    """All candidates not in `chosen`, best victim first (see the module docstring)."""
+    return rank(candidates, chosen, idle_first)[0]
 
 
 def _gib(n: float) -> str:
@@ -288,16 +303,9 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
     need_left = need
     held_back = ""
     while need_left > 0:
-        order = preference_order(snap.candidates, frozenset(chosen) | useless, idle_first)
+        order, last = rank(snap.candidates, frozenset(chosen) | useless, idle_first)
         if not order:
             break
-        alive: Counter[str] = Counter(
-            c.owner for c in order if c.kind != IDLE and c.owner is not None
-        )
-
-        def is_last(c: Candidate, alive: Counter[str] = alive) -> bool:
-            return c.kind != IDLE and c.owner is not None and alive[c.owner] <= 1
-
         head = order[0]
         st = stage(head, idle_first)
         if st >= 4:
@@ -314,7 +322,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
             if need_left <= 0:
                 break
         in_stage = [c for c in order if stage(c, idle_first) == st]
-        nonlast = [c for c in in_stage if not is_last(c)]
+        nonlast = [c for c in in_stage if c.pid not in last]
         # A caller's last running task is spared while the others can free enough.
         enough = sum(freed_by(c, cfg) for c in nonlast) >= need_left
         pool = nonlast if nonlast and enough else in_stage
@@ -324,7 +332,7 @@ def decide(snap: Snapshot, cfg: PolicyConfig | None = None) -> Decision:
         better = sum(1 for v in victims if stage(v.candidate, idle_first) < st)
         small = pick.kind == IDLE and st == 3
         reason = _reason(
-            pick, in_stage, st, bool(cover), need_left, freed, is_last(pick), better, small
+            pick, in_stage, st, bool(cover), need_left, freed, pick.pid in last, better, small
         )
         victims.append(Victim(pick, reason, freed))
         chosen.add(pick.pid)

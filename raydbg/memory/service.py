@@ -150,7 +150,7 @@ def build(
         kill=kill,
         record_event=rec.record_event,
         measurer=measurer,
-        config=config or MonitorConfig.from_env(),
+        config=config or MonitorConfig.current(),
         node_id=node_id,
         on_kill=rec.on_kill,
     )

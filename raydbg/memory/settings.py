@@ -1,8 +1,9 @@
 """Every memory-monitor setting, read from the environment once, and the marks derived from them.
 
-One object for the monitor (monitor.py), the start gate (start_gate.py) and the
-agent, so they never disagree about a threshold, and one parser for on/off switches
-(`0`, `off`, `false`, `no` turn a switch off; anything else, or unset, leaves its default).
+One object (`current()`) for the monitor (monitor.py), the start gate (start_gate.py),
+the agent and the activation hooks (the budgets switch), so they never disagree about a
+threshold, and one parser for on/off switches (`0`, `off`, `false`, `no` turn a switch
+off; anything else, or unset, leaves its default).
 
 Marks, as fractions of the node limit (min-free lowers all of them alike):
   threshold   where the monitor acts (`RAYDBG_MEMORY_THRESHOLD`, or limit - min-free

@@ -29,16 +29,14 @@ not async), without a frame of raydbg's in the task's stack (_ray_internals.py).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from raydbg.memory import node_files, settings
+from raydbg.memory import budgets, node_files, settings
 from raydbg.memory.learn import PeakTable, peaks_path
 from raydbg.memory.measure import NodeMeasurer
 
@@ -218,14 +216,6 @@ def hold(pressure: str, max_hold_s: float, on_hold: Callable[[], None]) -> float
     return wait_until(lambda: fits(0), max_hold_s, on_hold)
 
 
-def _killed(tid: str) -> dict[str, Any] | None:
-    """The monitor's record of the kill this attempt follows (budgets.py), if any."""
-    from raydbg.memory import budgets
-
-    got = budgets._multi_get([budgets.killed_key(tid)])
-    return json.loads(next(iter(got.values()))) if got else None
-
-
 def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -> None:
     """The gate itself, for attempt `attempt` of task `tid` (hex) named `name` (the process
     title's: options(name=...) and Ray Data's operator names differ from the function's);
@@ -247,7 +237,8 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
                 record.write_static(tid, attempt, static, now_held)
 
         note(False)
-        killed = _killed(tid) if attempt > 0 and tid else None
+        # The monitor's record of the kill this attempt follows, if any (budgets.py).
+        killed = budgets.killed_record(tid) if attempt > 0 and tid else None
         waited, why = 0.0, "for memory"
         if killed is not None:
             peak, complete = _peak(function_id)
@@ -306,7 +297,6 @@ def install() -> bool:
 def worker_setup() -> None:
     """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
     global _flag, _peaks
-    from raydbg.memory import budgets
     from raydbg.memory.identity import node_id_of_self
 
     budgets.install_submit_hook()
@@ -319,6 +309,4 @@ def worker_setup() -> None:
 
 def driver_setup() -> None:
     """What raydbg's driver-side activation calls: record budgets of submitted tasks."""
-    from raydbg.memory import budgets
-
     budgets.install_submit_hook()

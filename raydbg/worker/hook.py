@@ -45,11 +45,9 @@ def install() -> None:
     """Take over breakpoint() and post-mortem in this worker process."""
     # Ray sets PYTHONBREAKPOINT in workers; replacing the hook itself wins over it.
     sys.breakpointhook = breakpointhook
-    import ray.util.debugpy as ray_debugpy
-    import ray.util.rpdb as rpdb
+    from raydbg import _ray_internals
 
-    rpdb._post_mortem = post_mortem  # type: ignore[assignment]
-    ray_debugpy._post_mortem = post_mortem  # type: ignore[assignment]
+    _ray_internals.route_post_mortem(post_mortem)
     from raydbg.gang import cooperative
 
     cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
@@ -71,9 +69,9 @@ def setup_hook() -> None:
         from raydbg.breakpoints import worker as armed_breakpoints
 
         armed_breakpoints.worker_setup()  # `raydbg break add`: arms now, then polls one KV key
-        from raydbg.memory.settings import switch
+        from raydbg.memory import settings
 
-        if switch("RAYDBG_MEMORY_BUDGETS"):
+        if settings.current().budgets:
             # Retry budgets of nested submissions + the start gate (a stat and a pwrite a task).
             from raydbg.memory import start_gate
 
