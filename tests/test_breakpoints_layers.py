@@ -78,7 +78,7 @@ def layer(request: pytest.FixtureRequest) -> Iterator[tuple[Any, Recorder]]:
 
         lay = SettraceLayer(rec)
     yield lay, rec
-    lay.apply(Arming())
+    lay.close()  # disarmed, and sys.monitoring's tool id given back for the next test
     sys.settrace(None)
 
 
@@ -152,7 +152,95 @@ def test_monitoring_tool_is_not_debuggers() -> None:
         assert loop(2) == 1 and helper(1) == 2  # each reports once, at its first call
         assert sys.monitoring.get_local_events(lay.tool, loop.__code__) == sys.monitoring.events.LINE
         assert sys.monitoring.get_local_events(lay.tool, helper.__code__) == 0
-    finally:
         lay.apply(Arming())
-    assert sys.monitoring.get_events(lay.tool) == 0
-    assert sys.monitoring.get_local_events(lay.tool, loop.__code__) == 0
+        assert sys.monitoring.get_events(lay.tool) == 0
+        assert sys.monitoring.get_local_events(lay.tool, loop.__code__) == 0
+    finally:
+        tool = lay.tool
+        lay.close()
+    assert lay.tool is None and sys.monitoring.get_tool(tool) is None  # the id is free again
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_no_free_tool_id_is_reported_and_nothing_pauses(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Other tools hold ids 3 and 4: the worker arms nothing and says why in its hit record."""
+    from raydbg.breakpoints import store
+    from raydbg.breakpoints import worker as armed_worker
+    from raydbg.breakpoints.monitoring import TOOL_IDS, MonitoringLayer
+
+    mon = sys.monitoring
+    assert "raydbg" not in [mon.get_tool(t) for t in TOOL_IDS], "an earlier test left raydbg's tool id held"
+    taken = [t for t in TOOL_IDS if mon.get_tool(t) is None]
+    for t in taken:
+        mon.use_tool_id(t, "someone-else")
+    bp = model.checked({"file": HERE, "line": line_of("HELPER")})
+    reported: list[tuple[str, int, str | None]] = []
+    # The registry is not what is tested here: the worker's reaction to a layer that fails.
+    monkeypatch.setattr(store, "version", lambda: b"v1")
+    monkeypatch.setattr(store, "load", lambda: [bp])
+    monkeypatch.setattr(store, "put_hits", lambda bp_id, who, hits, error: reported.append((bp_id, hits, error)))
+    rec = Recorder()
+    try:
+        w = armed_worker.Worker("", "node-1", MonitoringLayer(rec))
+        w.tick()
+        assert helper(1) == 2 and rec.hits == []
+        assert w.layer is None
+        ((bp_id, hits, error),) = reported
+        assert bp_id == bp.id and hits == 0
+        assert error and "no free sys.monitoring tool id" in error and "\n" not in error
+    finally:
+        for t in taken:
+            mon.free_tool_id(t)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_a_layer_that_fails_is_closed_and_frees_its_tool_id(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.breakpoints import store
+    from raydbg.breakpoints import worker as armed_worker
+    from raydbg.breakpoints.monitoring import TOOL_IDS, MonitoringLayer
+
+    def broken(self: Arming, code: Any) -> None:
+        raise RuntimeError("boom")
+
+    bp = model.checked({"file": HERE, "line": line_of("HELPER")})
+    monkeypatch.setattr(store, "version", lambda: b"v1")
+    monkeypatch.setattr(store, "load", lambda: [bp])
+    monkeypatch.setattr(store, "put_hits", lambda *args: None)
+    monkeypatch.setattr(armed_worker.Arming, "lines_in", broken)  # fails after the id was claimed
+    w = armed_worker.Worker("", "node-1", MonitoringLayer(Recorder()))
+    w.tick()
+    assert w.layer is None and w.off_reason.endswith("RuntimeError: boom")
+    assert [sys.monitoring.get_tool(t) for t in TOOL_IDS] == [None] * len(TOOL_IDS)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="sys.monitoring is 3.12+")
+def test_restart_events_only_when_a_line_is_newly_armed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """restart_events() is global (debugpy's DISABLEd events fire again): removals and condition
+    changes re-arm without it; a newly armed line in code that already reported needs it, also
+    in a new layer on a tool id a closed one held."""
+    from raydbg.breakpoints.monitoring import MonitoringLayer
+
+    restarts: list[int] = []
+    real = sys.monitoring.restart_events
+    monkeypatch.setattr(sys.monitoring, "restart_events", lambda: (restarts.append(1), real())[1])
+    rec = Recorder()
+    lay = MonitoringLayer(rec)
+    try:
+        lay.apply(arming((line_of("LOOP"), None), (line_of("NEVER"), None)))
+        assert loop(2) == 1 and helper(1) == 2  # helper reports PY_START once: DISABLE
+        assert [loc["i"] for _, loc, _ in rec.hits] == [0, 1]
+        before = len(restarts)
+        lay.apply(arming((line_of("LOOP"), "i == 1")))  # one removed, one condition changed
+        assert len(restarts) == before
+        assert loop(3) == 3 and [loc["i"] for _, loc, _ in rec.hits] == [0, 1, 1]
+        lay.apply(arming((line_of("LOOP"), "i == 1"), (line_of("HELPER"), None)))
+        assert len(restarts) == before + 1
+        assert helper(2) == 3 and rec.hits[-1][1]["x"] == 2
+    finally:
+        lay.close()
+    again = MonitoringLayer(rec)
+    try:  # helper's DISABLE (from the closed layer's tool) outlived it: arming here restarts
+        again.apply(arming((line_of("HELPER"), None)))
+        assert helper(5) == 6 and rec.hits[-1][1]["x"] == 5
+    finally:
+        again.close()

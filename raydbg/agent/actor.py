@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import os
+import platform
 import threading
 import time
 from pathlib import Path
@@ -77,6 +78,7 @@ class NodeAgent:
             "port": self.port,
             "pid": os.getpid(),
             "version": raydbg.__version__,
+            "python": platform.python_version(),  # the workers' (raydbg break add: 3.11 costs more)
             "is_head": self.is_head,
             "started_at": time.time(),
             "memory_monitor": {"state": "starting"},

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import sys
 import urllib.parse
 from typing import Any
@@ -13,8 +14,38 @@ from typing import Any
 from raydbg.breakpoints import model
 from raydbg.client import Gateway
 
-PY311_NOTE = ("note: workers on Python 3.11 arm breakpoints only with RAYDBG_BREAK_PY311=1 in the job's "
-              "environment (a settrace fallback that slows every call; 3.12+ arms at no measurable cost)")
+# Cost of the 3.11 fallback: benchmarks/results/armed_breakpoints-py311.json (docs/breakpoints.md),
+# hot loops with a breakpoint in another function / on a line of the same function never reached.
+PY311_NOTE = ("note: {who} Python {versions}: arming there is opt-in (RAYDBG_BREAK_PY311=1 in the job's "
+              "environment, e.g. runtime_env={{'env_vars': {{'RAYDBG_BREAK_PY311': '1'}}}}) and makes hot "
+              "code 2.9-20.5x slower while anything is armed for the job (a settrace fallback, "
+              "docs/breakpoints.md); Python 3.12+ arms at no measurable cost")
+_VERSION = re.compile(r"\d{1,2}\.\d{1,3}(\.\d{1,3})?")
+
+
+def _tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in version.split("."))
+
+
+def cluster_pythons(status: dict[str, Any]) -> list[str]:
+    """The Python versions the node agents report (`python` in each agent record), sorted."""
+    found = set()
+    for agent in status.get("agents") or []:
+        version = agent.get("python") if isinstance(agent, dict) else None
+        if isinstance(version, str) and _VERSION.fullmatch(version):
+            found.add(version)
+    return sorted(found, key=_tuple)
+
+
+def py311_note(status: dict[str, Any] | None) -> str | None:
+    """The cost note when workers run Python < 3.12: the cluster's versions from the agents'
+    records; without them (an older agent, or no status) this CLI's own version."""
+    versions = cluster_pythons(status or {})
+    who = "this cluster's workers run"
+    if not versions:
+        versions, who = [".".join(map(str, sys.version_info[:3]))], "workers' version unknown; this CLI runs"
+    old = [v for v in versions if _tuple(v)[:2] < (3, 12)]
+    return PY311_NOTE.format(who=who, versions=", ".join(old)) if old else None
 
 
 def _gateway(args: argparse.Namespace) -> Gateway:
@@ -44,15 +75,21 @@ def cmd_add(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from None
     body = {"file": model.cli_path(path, os.getcwd()), "line": line, "job": args.job,
             "condition": args.condition, "hit_limit": args.hit_limit, "owner": "cli"}
-    bp = asyncio.run(_gateway(args).post("/api/v1/breakpoints", body=body))
+    gw = _gateway(args)
+    bp = asyncio.run(gw.post("/api/v1/breakpoints", body=body))
     if args.json:
         print(json.dumps(bp, indent=2, sort_keys=True))
     else:
         print(f"armed {describe(bp)}")
         if not os.path.isabs(bp["file"]):
             print(f"  (a relative path: it matches any worker file ending in /{bp['file']})")
-    if sys.version_info < (3, 12):
-        print(PY311_NOTE, file=sys.stderr)
+    try:
+        status: dict[str, Any] | None = asyncio.run(gw.status())
+    except Exception:  # the breakpoint is armed: the note falls back to this CLI's version
+        status = None
+    note = py311_note(status)
+    if note:
+        print(note, file=sys.stderr)
     return 0
 
 

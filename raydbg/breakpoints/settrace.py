@@ -34,6 +34,18 @@ class SettraceLayer:
             self.hooked = True
         self._install(on=bool(arming))
 
+    def close(self) -> None:
+        """Disarm everything and unhook from the debugger's untrace (a layer that is dropped)."""
+        if not self.hooked:
+            return
+        from raydbg.worker import debugger
+
+        self.arming, self.code = None, {}
+        while self._reinstall in debugger.AFTER_UNTRACE:
+            debugger.AFTER_UNTRACE.remove(self._reinstall)
+        self.hooked = False
+        self._install(on=False)
+
     def _reinstall(self) -> None:
         if self.arming:
             self._install(on=True)

@@ -17,7 +17,7 @@ def line_of(marker: str) -> int:
 
 
 def scaled(n: int) -> int:
-    local_value = n * 10
+    local_value = n * 10  # BP:first
     return local_value + 1  # BP:armed
 
 

@@ -113,8 +113,11 @@ def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster,
     assert out.returncode == 0, out.stderr
     bp = json.loads(out.stdout)
     assert (bp["line"], bp["hit_limit"], bp["job"], bp["owner"]) == (ARMED, 2, job_id(), "cli")
-    if sys.version_info < (3, 12):
+    if sys.version_info < (3, 12):  # the cluster's Python, from the agents' records
+        assert "workers run Python 3.11" in out.stderr and "2.9-20.5x" in out.stderr, out.stderr
         assert "RAYDBG_BREAK_PY311=1" in out.stderr
+    else:
+        assert "RAYDBG_BREAK_PY311" not in out.stderr, out.stderr
     task = ray.remote(num_cpus=0.5)(t.slow_scaled)
     refs = [task.remote(n) for n in range(5)]
     paused = wait_until(lambda: len(sessions_of(gw, bp["id"])) == 2 and sessions_of(gw, bp["id"]), 90,
@@ -138,6 +141,58 @@ def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster,
     assert ray.get(refs, timeout=60) == [n * 10 + 1 for n in range(5)]
     listing = cluster.cli("break", "list")
     assert listing.returncode == 0 and bp["id"] in listing.stdout and "2/2" not in listing.stdout
+
+
+def test_the_slot_of_a_killed_paused_worker_frees_when_its_lease_runs_out(cluster: Cluster, gw: Any) -> None:
+    """The lease runs from the dead holder's last renewal (its slot record), not from the kill."""
+    import psutil
+
+    from raydbg import registry
+    from raydbg.breakpoints import store
+
+    bp = arm(gw, job=job_id(), hit_limit=1)
+    time.sleep(1.0)  # armed everywhere, and the last test's breakpoints gone everywhere, within a second
+    keeper = ray.remote(t.Keeper).remote()  # a live worker to hit the line with (armed at its start)
+    first = ray.remote(num_cpus=0.5, max_retries=0)(t.slow_scaled).remote(1)
+    keeper_pid = ray.get(keeper.pid.remote(), timeout=60)
+    rec = wait_until(lambda: sessions_of(gw, bp["id"]), 90, "the first task paused")[0]
+    victim = psutil.Process(rec["pid"])
+    victim.kill()  # its slot stays held: nobody releases or renews it
+    victim.wait(10)
+    (dead_key,) = [k.decode() for k in registry._keys(f"{store.SLOT}{bp['id']}/")]
+    dead = json.loads(registry.get_bytes(dead_key) or b"{}")
+    held_until = dead["ts"] + store.LEASE_S
+    # While the lease runs, a hit counts and runs on.
+    assert ray.get(keeper.call.remote(2), timeout=30) == 21
+    assert time.time() < held_until, "the call ended after the lease: it showed nothing"
+    hits_key = f"{store.HITS}{bp['id']}/{ray.get_runtime_context().get_node_id()[:12]}-{keeper_pid}"
+    wait_until(lambda: (registry.get(hits_key) or {}).get("hits") == 1, 10, "the keeper's hit counted")
+
+    # Then the keeper hits the line again and again: the first pause comes only after the lease.
+    def paused_or_done(ref: Any) -> dict[str, Any] | None:
+        while time.time() < held_until + 30:
+            if ray.wait([ref], timeout=0.2)[0]:
+                return None
+            mine = [r for r in sessions_of(gw, bp["id"]) if r["pid"] == keeper_pid]
+            if mine:
+                return mine[0]
+        raise AssertionError("no pause within 30 s of the lease's end")
+
+    while (paused := paused_or_done(late := keeper.call.remote(3))) is None:
+        assert ray.get(late) == 31
+    assert paused["since"] > held_until, (paused["since"], held_until)
+    # The dead holder's slot, were it to come back, is no longer its own: renew and release
+    # leave the keeper's claim alone (on the real GCS; tests/test_breakpoints_store.py: the races).
+    (key,) = [k.decode() for k in registry._keys(f"{store.SLOT}{bp['id']}/")]
+    index, gen = (int(x) for x in dead_key.rsplit("/", 2)[1:])
+    ghost = store.Slot(bp["id"], index, gen, dead["who"], dead["token"])
+    assert key != dead_key and not store.renew_slot(ghost)
+    store.release_slot(ghost)
+    assert store.held(registry.get_bytes(key), time.time())
+    resume(gw, paused["id"])
+    assert ray.get(late, timeout=60) == 31
+    with pytest.raises(ray.exceptions.RayError):
+        ray.get(first, timeout=60)
 
 
 @only_312
@@ -186,23 +241,32 @@ print("RESULT", ray.get(ray.remote(armed_targets.scaled).remote(2), timeout=120)
 
 @only_312
 def test_arming_for_job_a_leaves_job_b_alone(cluster: Cluster, gw: Any) -> None:
-    bp = arm(gw, job=job_id())
+    mine = arm(gw, job=job_id())  # job A's, on scaled's return line
+    every = arm(gw, line=t.line_of("first"))  # every job's, on scaled's first line
     env = {**os.environ, "RAY_DEBUG": "1", "RAYDBG_BREAK_PY311": "1",
            "PYTHONPATH": os.pathsep.join([str(REPO / "tests"), str(REPO / "tests" / "e2e")])}
     job = subprocess.Popen([sys.executable, "-c", textwrap.dedent(JOB_B), cluster.address], env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    resumed: list[dict[str, Any]] = []
     try:
         while job.poll() is None:
-            others = [r for r in asyncio.run(gw.sessions()) if r.get("job_id") != job_id()]
-            assert others == [], f"job B paused: {others}"
+            for rec in asyncio.run(gw.sessions()):
+                if rec.get("job_id") == job_id() or rec["id"] in {r["id"] for r in resumed}:
+                    continue
+                # Job B's worker is armed (it pauses at the line armed for every job) ...
+                assert rec.get("breakpoint_id") == every["id"], f"job B paused at job A's breakpoint: {rec}"
+                resume(gw, rec["id"])
+                resumed.append(rec)
             time.sleep(0.2)
         output = job.communicate(timeout=10)[0]
     finally:
         job.kill()
-    assert "RESULT 21" in output, output
-    ref = ray.remote(t.scaled).remote(3)  # and in job A it is armed
-    rec = wait_for_session(gw, breakpoint_id=bp["id"], timeout=60)
-    resume(gw, rec["id"])
+    assert [(r["line"], r["breakpoint_id"]) for r in resumed] == [(t.line_of("first"), every["id"])], resumed
+    assert "RESULT 21" in output, output  # ... and ran on past job A's line
+    ref = ray.remote(t.scaled).remote(3)  # in job A both are armed
+    for bp in (every, mine):
+        rec = wait_for_session(gw, breakpoint_id=bp["id"], timeout=60)
+        resume(gw, rec["id"])
     assert ray.get(ref, timeout=60) == 31
 
 

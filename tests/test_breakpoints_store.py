@@ -1,0 +1,149 @@
+"""Pause slots (store.py) over an in-memory KV with GCS's semantics: claim, hit limit, release,
+a lease that runs out, and a holder that lost its slot and must not touch the new holder's.
+
+The interleavings (a takeover between two calls of another worker, a claimer whose listing
+went stale) cannot be forced on a real GCS; tests/e2e/test_armed_breakpoints.py runs the lease
+on one.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from raydbg import registry
+from raydbg.breakpoints import store
+from raydbg.breakpoints.store import Slot
+from raydbg.breakpoints.worker import Worker
+
+
+class Kv:
+    """The GcsClient KV calls the registry makes, over a dict (put without overwrite is put-if-absent)."""
+
+    def __init__(self) -> None:
+        self.data: dict[bytes, bytes] = {}
+        self.before_add: Callable[[bytes], None] | None = None  # runs once, before the next put-if-absent
+
+    def internal_kv_put(self, k: bytes, v: bytes, overwrite: bool, ns: bytes, timeout: float = 0) -> int:
+        if not overwrite and self.before_add is not None:
+            hook, self.before_add = self.before_add, None
+            hook(k)
+        added = k not in self.data
+        if added or overwrite:
+            self.data[k] = v
+        return int(added)
+
+    def internal_kv_get(self, k: bytes, ns: bytes, timeout: float = 0) -> bytes | None:
+        return self.data.get(k)
+
+    def internal_kv_multi_get(self, keys: list[bytes], ns: bytes, timeout: float = 0) -> dict[bytes, bytes]:
+        return {k: self.data[k] for k in keys if k in self.data}
+
+    def internal_kv_del(self, k: bytes, by_prefix: bool, ns: bytes, timeout: float = 0) -> int:
+        gone = [key for key in self.data if (key.startswith(k) if by_prefix else key == k)]
+        for key in gone:
+            del self.data[key]
+        return len(gone)
+
+    def internal_kv_keys(self, prefix: bytes, ns: bytes, timeout: float = 0) -> list[bytes]:
+        return [k for k in self.data if k.startswith(prefix)]
+
+    def slot_keys(self) -> list[str]:
+        return sorted(k.decode() for k in self.data if k.startswith(store.SLOT.encode()))
+
+    def age(self, slot: Slot, seconds: float) -> None:
+        """As if `slot`'s holder had not renewed for `seconds` (a dead or stalled worker)."""
+        rec = json.loads(self.data[slot.key.encode()])
+        rec["ts"] -= seconds
+        self.data[slot.key.encode()] = json.dumps(rec).encode()
+
+
+@pytest.fixture
+def kv() -> Iterator[Kv]:
+    fake = Kv()
+    fake.data[f"{store.BREAKPOINT}bp-1".encode()] = b"{}"  # the breakpoint exists (its record)
+    registry.use_client(fake)
+    yield fake
+    registry.use_client(None)
+
+
+def claim(who: str, limit: int = 1) -> Slot | None:
+    return store.claim_slot("bp-1", limit, who)
+
+
+def test_limit_release_and_generations(kv: Kv) -> None:
+    a, b = claim("a", 2), claim("b", 2)
+    assert a and b and (a.index, b.index) == (0, 1) and claim("c", 2) is None
+    store.release_slot(a)
+    c = claim("c", 2)
+    assert c and (c.index, c.gen) == (0, a.gen + 1)  # a freed slot is taken at the next generation
+    assert kv.slot_keys() == [c.key, b.key]  # the freed generation is deleted by the one after it
+    assert store.renew_slot(b) and store.renew_slot(c) and not store.renew_slot(a)
+    store._forget("bp-1")
+    assert kv.slot_keys() == [] and not store.renew_slot(c)  # breakpoint removed: no longer held
+    late = claim("e")  # a worker that paused before it learned of the removal ...
+    assert late and kv.slot_keys() == [late.key]
+    store.release_slot(late)
+    assert kv.slot_keys() == []  # ... leaves no slot key behind
+
+
+def test_a_holder_whose_lease_ran_out_never_touches_the_new_holders_slot(kv: Kv) -> None:
+    a = claim("a")
+    assert a and claim("b") is None
+    kv.age(a, store.LEASE_S - 1)
+    assert claim("b") is None  # still within its lease
+    kv.age(a, 2)  # a stopped renewing LEASE_S ago (died, or stalled)
+    b = claim("b")
+    assert b and b.gen == a.gen + 1 and kv.slot_keys() == [b.key]
+    held = kv.data[b.key.encode()]
+    worker = Worker("", "a", None)
+    worker.slots = {a}
+    worker.tick()  # a comes back: its renewal finds the slot lost and stops renewing it ...
+    assert worker.slots == set()
+    store.release_slot(a)  # ... and its release deletes nothing of b's
+    assert kv.data[b.key.encode()] == held and kv.slot_keys() == [b.key]
+    assert claim("c") is None and store.renew_slot(b)
+    store.release_slot(b)
+    assert claim("c") is not None
+
+
+def test_two_claimers_of_an_expired_slot_one_wins(kv: Kv) -> None:
+    a = claim("a")
+    assert a
+    kv.age(a, store.LEASE_S + 1)
+    won: list[Slot | None] = []
+    # b and c both read a's expired lease; c claims between b's read and b's write.
+    kv.before_add = lambda key: won.append(claim("c"))
+    b = claim("b")
+    assert b is None and won[0] is not None and kv.slot_keys() == [won[0].key]
+
+
+def test_a_claimer_whose_listing_went_stale_yields(kv: Kv) -> None:
+    a = claim("a")
+    assert a
+    kv.age(a, store.LEASE_S + 1)
+    later: list[Slot] = []
+
+    def meanwhile(key: bytes) -> None:  # between b's read and b's write: two takeovers
+        c = claim("c")
+        assert c
+        kv.age(c, store.LEASE_S + 1)
+        d = claim("d")  # deletes c's generation: b's write of that generation now succeeds
+        assert d
+        later.append(d)
+
+    kv.before_add = meanwhile
+    assert claim("b") is None  # b sees the later generation after its write, and yields
+    (d,) = later
+    assert kv.slot_keys() == [d.key] and store.renew_slot(d)
+
+
+def test_an_unreadable_slot_record_is_free() -> None:
+    now = 1000.0
+    assert store.held(json.dumps({"ts": now - 1}).encode(), now)
+    assert not store.held(json.dumps({"ts": now - store.LEASE_S - 0.1}).encode(), now)
+    assert not store.held(json.dumps({"ts": now, "free": True}).encode(), now)
+    for raw in (b"{", b"[]", b'{"ts": "x"}', b"{}", None):
+        assert not store.held(raw, now)
