@@ -63,6 +63,7 @@ def fresh_settings() -> Any:
 def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "run").mkdir(mode=0o700)  # private, as raydbg requires of a run dir
+    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)  # no flag seen yet
     return tmp_path / "run"
 
 
@@ -455,9 +456,15 @@ def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
     monkeypatch.setattr(
         start_gate, "node_memory", lambda: pytest.fail("memory read without the flag")
     )
+    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
     start_gate.before_task(TID, 0, "grow", "f00d")
     rec = node_files.read_running([os.getpid()])[os.getpid()]
     assert (rec["fn"], rec["held"]) == ("f00d", False)
+    # Seen down: the next starts within FLAG_RECHECK_S cost no stat at all.
+    with monkeypatch.context() as m:
+        m.setattr(node_files, "flag_up", lambda path: pytest.fail("stat within the recheck time"))
+        start_gate.before_task(TID, 0, "grow", "f00d")
+    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)  # the recheck time is over
     node_files.set_flag(flag, True, "x")  # the monitor: above the high mark
     monkeypatch.setattr(start_gate, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
     monkeypatch.setattr(start_gate, "wait_until", lambda ok, hold, on_hold: 0.2)

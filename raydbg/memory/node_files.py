@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import mmap
 import os
 import time
 from collections.abc import Iterator
@@ -28,6 +29,16 @@ from typing import Any
 from raydbg.private_dir import check_private, open_private, private_dir
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
+_SPACES = b" " * RECORD_SIZE
+
+
+def _note_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+_pid = os.getpid()  # kept by a fork hook: a record is per process, and getpid is a syscall
+os.register_at_fork(after_in_child=_note_pid)
 FLAG_FRESH_S = 2.0  # an older flag is a monitor that died with it set: ignored
 
 
@@ -79,28 +90,53 @@ class RunningRecord:
 
     def __init__(self, directory: Path | None = None) -> None:
         self.directory = directory or run_dir()
-        self._fd: int | None = None
+        self._map: mmap.mmap | None = None
         self._pid = -1
+        self._last = 0  # length of the last record written: the rest is spaces
 
     def write_static(self, task_id: str, attempt: int, static: str, held: bool = False) -> None:
         """`static`: the record's fields that do not change between this function's tasks,
-        JSON-encoded once by the caller (this runs before every task)."""
-        if self._fd is None or self._pid != os.getpid():
-            ensure_run_dir(self.directory)
-            self._pid = os.getpid()
-            self._fd = open_private(self.directory / str(self._pid), os.O_WRONLY | os.O_CREAT)
+        JSON-encoded once by the caller (this runs before every task, cold: each step
+        counts)."""
+        m = self._map
+        if m is None or self._pid != _pid:
+            m = self._open()
         data = (
             f'{{"task_id": "{task_id}", "attempt": {attempt}, "start": {time.time()}, '
             f'"held": {"true" if held else "false"}, {static}}}'
-        ).encode()[:RECORD_SIZE]
-        # One write of the whole fixed-size block; a reader that races it gets bad JSON
-        # and skips the record for that round (unknown = non-retriable: sound).
-        os.pwrite(self._fd, data.ljust(RECORD_SIZE), 0)
+        ).encode()
+        # A copy into the shared page, then spaces over what is left of the last record:
+        # no system call, so the task's thread never lets go of the GIL here (with a
+        # pwrite, getting it back cost a busy worker more than the write). A reader that
+        # races it gets bad JSON and skips the record for that round (unknown =
+        # non-retriable: sound).
+        n = len(data)
+        if n > RECORD_SIZE:
+            data, n = data[:RECORD_SIZE], RECORD_SIZE
+        m[:n] = data
+        if n < self._last:
+            m[n : self._last] = _SPACES[: self._last - n]
+        self._last = n
+
+    def _open(self) -> mmap.mmap:
+        self.close()
+        ensure_run_dir(self.directory)
+        self._pid = _pid
+        fd = open_private(self.directory / str(_pid), os.O_RDWR | os.O_CREAT)
+        try:
+            os.ftruncate(fd, RECORD_SIZE)
+            m = self._map = mmap.mmap(fd, RECORD_SIZE)
+        finally:
+            os.close(fd)  # the mapping keeps the file
+        m[:] = _SPACES
+        self._last = 0
+        return m
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._map is not None:
+            with contextlib.suppress(BufferError, ValueError):
+                self._map.close()
+            self._map = None
 
 
 _record: RunningRecord | None = None

@@ -48,6 +48,7 @@ _peaks: PeakTable | None = None  # what big functions' tasks reach on this node 
 _measurer: NodeMeasurer | None = None
 _sleep = time.sleep  # the wait loop's pause (tests replace it)
 _reserving = False  # this worker's running attempt holds a reservation (node_files.py)
+_worker_record: node_files.RunningRecord | None = None  # a Ray worker's, from worker_setup()
 
 
 # --- room on the node ---------------------------------------------------------------
@@ -196,11 +197,23 @@ def _peak(function_id: str) -> tuple[int, bool]:
     return peak, peak > 0 and _peaks.is_complete(function_id)
 
 
+# A flag seen down is trusted this long: the monitor itself refreshes it only every poll
+# (0.25 s), and a stat per start cost a busy worker more than the rest of the gate.
+FLAG_RECHECK_S = 0.02
+_flag_down_until = 0.0  # time.monotonic() until which the flag counts as down
+
+
 def under_pressure() -> str:
     """Why fresh task starts wait now: "memory" (the node is above the high mark),
-    "trend" (the monitor sees it heading there), or "". One stat when the flag is down."""
+    "trend" (the monitor sees it heading there), or "". At most one stat per
+    FLAG_RECHECK_S while the flag is down."""
+    global _flag_down_until
     if _flag is not None:
+        now = time.monotonic()
+        if now < _flag_down_until:
+            return ""
         if not node_files.flag_up(_flag):
+            _flag_down_until = now + FLAG_RECHECK_S
             return ""
         if node_files.flag_reason(_flag) == "trend":
             return "trend"
@@ -223,10 +236,22 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
     s = settings.current()
     if s.monitor == "off":
         return
-    release()  # an earlier task that ended without after_task (never seen; cheap)
+    if _reserving:
+        release()  # an earlier task that ended without after_task (never seen)
     try:
-        record = node_files.record()
-        static = _static(name, tid[-8:], function_id) if tid else ""
+        record = _worker_record or node_files.record()
+        key = (name, tid[-8:], function_id)
+        static = _statics.get(key) or _static(*key)
+        if (
+            attempt == 0
+            and (time.monotonic() < _flag_down_until or not under_pressure())
+            and not (_peaks and _peaks.get(function_id))
+        ):
+            # The common case, in as few calls as can be: it runs before every task, and
+            # there each call is cold (1-2 us, measured in a busy worker).
+            if tid:
+                record.write_static(tid, 0, static)
+            return
         held = [False]
 
         def note(now_held: bool) -> None:
@@ -296,7 +321,7 @@ def install() -> bool:
 
 def worker_setup() -> None:
     """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
-    global _flag, _peaks
+    global _flag, _peaks, _worker_record
     from raydbg.memory.identity import node_id_of_self
 
     budgets.install_submit_hook()
@@ -304,6 +329,7 @@ def worker_setup() -> None:
     _flag = str(node_files.flag_path(node_id)) if node_id else None
     learn = settings.current().learn
     _peaks = PeakTable(str(peaks_path(node_id))) if node_id and learn else None
+    _worker_record = node_files.record()  # a worker's run dir does not change
     install()
 
 
