@@ -67,6 +67,10 @@ def test_collective_detection() -> None:
     # py-spy --native: gloo's frames count.
     native = [fr("gloo::transport::tcp::UnboundBuffer::waitRecv", "/x/libtorch_cpu.so", 0), *SLEEPING]
     assert frames.collective_frame(native) is not None
+    # FSDP2's all-gather (as seen in the SD app's held rank, 6fd9be4).
+    fsdp = [fr("all_gather_single", f"{SITE}/torch/distributed/distributed_c10d.py", 4330), *SLEEPING]
+    assert frames.collective_frame(fsdp) == fsdp[0]
+    assert frames.summary(fsdp) == "all_gather_single <- train_step train_loop.py:99"
 
 
 def test_summaries() -> None:
@@ -196,3 +200,7 @@ def test_report_of_a_run() -> None:
     full = report.render(answer, all_threads=True)
     assert "thread TrainingThread(train_fn) paused" in full and "> train_step (train_loop.py:108)" in full
     assert report.render({"workers": [], "runs": [], "errors": [], "took_s": 0}).startswith("no Ray workers")
+    ws[1].update(source="cooperative", pyspy_error="py-spy failed on pid 1001: Permission Denied")
+    assert "note: py-spy could not read 1 worker(s), stacks from raydbg's cooperative handler instead" \
+        " (py-spy failed on pid 1001: Permission Denied)" in report.render(answer)
+    assert "note: py-spy" not in text

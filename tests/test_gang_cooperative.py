@@ -105,6 +105,7 @@ def test_pyspy_denied_falls_back_to_the_handler(child: subprocess.Popen[str], tm
         asyncio.run(pyspy.dump(child.pid))
     w = asyncio.run(node.worker_stacks({"pid": child.pid, "paused_threads": []}, False, True))
     assert w["source"] == "cooperative" and "error" not in w
+    assert "Permission Denied" in w["pyspy_error"]  # the answer says why py-spy was not used
     assert "main_work" in functions(w["threads"])
 
 

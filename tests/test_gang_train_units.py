@@ -107,6 +107,32 @@ def test_group_id_same_across_ranks_new_per_occurrence(monkeypatch: pytest.Monke
     assert again.group != r1.group
 
 
+def test_breakpoint_all_ranks_groups_that_pause_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API route to pause-all, `raydbg.breakpoint(all_ranks=True)` (the e2e takes RAYDBG_TRAIN_PAUSE=all)."""
+    import raydbg
+    from raydbg.worker import hook, session
+
+    monkeypatch.delenv(train.PAUSE_ENV, raising=False)
+    monkeypatch.setattr(train, "_occurrences", {})
+    monkeypatch.setattr(sys, "breakpointhook", hook.breakpointhook)  # as in an activated worker
+    recs: list[SessionRecord] = []
+
+    def pause(frame: types.FrameType, reason: str = "breakpoint", *args: Any, **kw: Any) -> None:
+        """session.pause up to its group assignment (the rest needs a worker and debugpy)."""
+        rec = _rec(train_run="run", train_rank=0, file=frame.f_code.co_filename, line=frame.f_lineno,
+                   function=frame.f_code.co_name, reason=reason)
+        train.assign_group(rec)
+        recs.append(rec)
+
+    monkeypatch.setattr(session, "pause", pause)
+    raydbg.breakpoint(all_ranks=True)
+    raydbg.breakpoint()
+    grouped, alone = recs
+    assert grouped.group and grouped.group.startswith("g") and alone.group is None
+    assert grouped.function == "test_breakpoint_all_ranks_groups_that_pause_only"  # the caller's frame
+    assert not train.pause_all_requested()  # only for that one pause
+
+
 def test_no_group_without_pause_all_or_outside_train(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(train.PAUSE_ENV, raising=False)
     r = _rec(train_run="run", train_rank=0)
@@ -218,7 +244,11 @@ def test_other_runs_and_finished_runs() -> None:
     # A non-Train job's idle worker (its task ended) is asked about before it counts.
     job = [{"job_id": "k", "train_run": None, "pid": 3, "ts": 0, "task_id": "t"}]
     assert hang.HangDecider(10).update(job, [], now=20, still_running=lambda k, r: False) == []
-    assert len(hang.HangDecider(10).update(job, [], now=20, still_running=lambda k, r: True)) == 1
+    found = hang.HangDecider(10).update(job, [], now=20, still_running=lambda k, r: True)
+    assert len(found) == 1 and found[0]["train_run"] is None
+    assert hang.message(found[0]) == "job k made no progress for 20s (1 worker(s) calling raydbg.progress() seen)"
+    assert hang.message(hang.HangDecider(10).update(_beats(0), [], now=11)[0]) == (
+        "Train run r (job j) made no progress for 11s (2 rank(s) seen)")
 
 
 def test_hang_after_env(monkeypatch: pytest.MonkeyPatch) -> None:

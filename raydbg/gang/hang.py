@@ -104,6 +104,9 @@ def _hang(k: RunKey, recs: list[dict[str, Any]], now: float, quiet_since: float)
 
 
 def message(hang: dict[str, Any]) -> str:
-    what = f"Train run {hang['train_run']}" if hang.get("train_run") else "job"
-    return (f"{what} (job {hang['job_id']}) made no progress for {hang['stalled_for_s']:.0f}s "
-            f"({len(hang['ranks'])} rank(s) seen)")
+    n = len(hang["ranks"])
+    if hang.get("train_run"):
+        what, seen = f"Train run {hang['train_run']} (job {hang['job_id']})", f"{n} rank(s) seen"
+    else:
+        what, seen = f"job {hang['job_id']}", f"{n} worker(s) calling raydbg.progress() seen"
+    return f"{what} made no progress for {hang['stalled_for_s']:.0f}s ({seen})"

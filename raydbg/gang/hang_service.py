@@ -9,7 +9,6 @@ Nothing is stopped. RAYDBG_HANG_AFTER_S (default 300) sets the threshold.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import logging
 import time
 from typing import Any
@@ -47,17 +46,11 @@ def still_running(run: hang.RunKey, recs: list[dict[str, Any]]) -> bool:
 async def stacks_for(server: Any, job_id: str, run: str | None) -> dict[str, Any]:
     """Grouped stacks of the run; an error text instead when stacks cannot be taken."""
     try:
-        from raydbg.gang import classes, collect
+        from raydbg.gang import collect
 
-        got: Any = collect.cluster_stacks(job=job_id or None, run=run, token=server.token,
-                                          self_node_id=server.node_id)
-        if inspect.isawaitable(got):
-            got = await got
-        if isinstance(got, dict):
-            workers = got.get("workers") or []
-            return {"classes": got.get("classes") or classes.group(workers),
-                    "runs": got.get("runs") or [], "errors": got.get("errors") or []}
-        return {"classes": classes.group(list(got)), "runs": [], "errors": []}
+        got = await collect.cluster_stacks(job=job_id or None, run=run, token=server.token,
+                                           self_node_id=server.node_id)
+        return {"classes": got["classes"], "runs": got["runs"], "errors": got["errors"]}
     except Exception as exc:
         log.exception("raydbg: stacks for a hang event failed")
         return {"classes": [], "runs": [], "errors": [{"node_id": "", "error": str(exc)}]}

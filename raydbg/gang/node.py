@@ -2,8 +2,8 @@
 
 py-spy first (unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in
 the request), the cooperative signal handler of raydbg-activated workers when py-spy
-fails (no ptrace rights) or is off. A worker whose stacks cannot be taken carries an
-`error`; it never fails the node's answer.
+fails (no ptrace rights: then `pyspy_error` says why) or is off. A worker whose stacks
+cannot be taken carries an `error`; it never fails the node's answer.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
         try:
             threads, how = await cooperative.request(int(w["pid"]), timeout=min(timeout, 3.0))
             w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", how
+            if errors:
+                w["pyspy_error"] = errors[0]  # why the fallback answered (e.g. no ptrace rights)
         except (pyspy.StackError, OSError) as exc:
             errors.append(str(exc))
     if "threads" not in w:

@@ -81,6 +81,10 @@ def render(answer: dict[str, Any], all_threads: bool = False) -> str:
     lines += other_lines(workers)
     if not workers:
         lines.append("no Ray workers to show")
+    fell_back = [w for w in workers if w.get("pyspy_error") and w.get("threads")]
+    if fell_back:
+        lines.append(f"note: py-spy could not read {len(fell_back)} worker(s), stacks from raydbg's cooperative"
+                     f" handler instead ({fell_back[0]['pyspy_error']})")
     if all_threads:
         for w in workers:
             lines += [""] + thread_lines(w)

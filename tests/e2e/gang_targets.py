@@ -15,6 +15,14 @@ def line_of(marker: str) -> int:
 
 FILE = str(Path(__file__).resolve())
 
+# For the Train test clusters. Ray Train's PlacementGroupCleaner asks the State API whether
+# the run's controller lives. These clusters have no dashboard, so the API address is found
+# by scanning for local Ray instances and can be another test cluster's, which answers "no
+# such actor": the cleaner then removes this run's placement group and kills its workers
+# (seen 2026-12-03 with three clusters up: a paused rank's run destroyed mid-test). An
+# address that refuses keeps it at "State API unavailable, continuing to monitor".
+TRAIN_CLUSTER_ENV = {"RAY_API_SERVER_ADDRESS": "http://127.0.0.1:1"}
+
 
 def _rank() -> int:
     import ray.train
@@ -50,12 +58,11 @@ def rank0_pauses(config: dict[str, Any]) -> None:
 
 
 def all_ranks_pause(config: dict[str, Any]) -> None:
+    """Every rank stops at the same line; the run's workers have RAYDBG_TRAIN_PAUSE=all: one group."""
     import ray.train
 
-    import raydbg
-
     local_value = 2000 + _rank()
-    raydbg.breakpoint(all_ranks=True)  # BP:gang_all
+    breakpoint()  # BP:gang_all
     total = _sum_of_ranks_plus_one()
     ray.train.report({"sum": total, "local_value": local_value})
     _write(config, total)
@@ -84,3 +91,15 @@ def slow_steps(config: dict[str, Any]) -> None:
         total += _sum_of_ranks_plus_one()
         ray.train.report({"sum": total})
     _write(config, total)
+
+
+def stuck_job_task(release: str) -> int:
+    """Not Train: one `raydbg.progress()` beat, then stuck until a file appears."""
+    import os
+
+    import raydbg
+
+    raydbg.progress(1)
+    while not Path(release).exists():
+        time.sleep(0.2)
+    return os.getpid()

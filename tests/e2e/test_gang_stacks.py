@@ -1,13 +1,17 @@
 """`raydbg stacks` on a real Ray Train run (4 workers, gloo, CPU): the odd rank named, the rest in the collective.
 
 Rank 2 loops in a sleep while a marker file exists; ranks 0, 1 and 3 have entered an
-`all_reduce` that waits for it. Then the same with py-spy off: the cooperative
-fallback (faulthandler in the worker) must give Python stacks with the same labels.
+`all_reduce` that waits for it. Then the same with py-spy denied for real (the agent's
+py-spy runs as nobody, without ptrace rights over the root-owned workers): the agent
+falls back by itself to the cooperative handler, with the same labels. Also `--no-pyspy`
+and `--job`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import threading
 import time
@@ -17,6 +21,8 @@ from typing import Any
 
 import pytest
 from cluster import ENV, Cluster
+
+from e2e.gang_targets import TRAIN_CLUSTER_ENV
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -42,10 +48,30 @@ def train_func(config: dict[str, Any]) -> None:
         out.write(str(float(t.item())))
 
 
+CAN_DENY = os.getuid() == 0 and shutil.which("setpriv") is not None
+
+
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def deny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """While this file exists, the agents' py-spy (RAYDBG_PYSPY) runs as nobody: ptrace is refused."""
+    from raydbg.gang.pyspy import find_pyspy
+
+    here = tmp_path_factory.mktemp("pyspy")
+    flag, wrapper, real = here / "deny", here / "py-spy", find_pyspy()
+    setpriv = shutil.which("setpriv") or "setpriv"
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'if [ -e "{flag}" ]; then exec {setpriv} --reuid=65534 --regid=65534 --clear-groups {real} "$@"; fi\n'
+        f'exec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    return flag
+
+
+@pytest.fixture(scope="module")
+def cluster(deny: Path) -> Iterator[Cluster]:
     # 8 logical CPUs on 2 cores: 4 Train workers + the controller + the agent must fit.
-    with Cluster(num_cpus=8, env=dict(ENV), by_value=(sys.modules[__name__],)) as c:
+    env = {**ENV, **TRAIN_CLUSTER_ENV, "RAYDBG_PYSPY": str(deny.with_name("py-spy"))}
+    with Cluster(num_cpus=8, env=env, by_value=(sys.modules[__name__],)) as c:
         c.up()
         yield c
 
@@ -141,13 +167,48 @@ def test_stacks_name_the_odd_rank(cluster: Cluster, stuck_run: dict[str, Any]) -
     assert "ranks 0-1,3 (3/4): all_reduce <- train_func " in out.stdout
 
 
-def test_fallback_without_pyspy_gives_the_same_labels(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
-    answer = wait_settled(cluster, "--no-pyspy")
+@pytest.mark.skipif(not CAN_DENY, reason="denying py-spy needs root (to drop to nobody) and setpriv")
+def test_pyspy_denied_falls_back_by_itself_with_the_same_labels(cluster: Cluster, stuck_run: dict[str, Any],
+                                                                deny: Path) -> None:
+    deny.touch()
+    try:
+        answer = wait_settled(cluster)  # no flag: py-spy is tried and refused
+        text = cluster.cli("stacks", "--run", RUN, timeout=120)
+    finally:
+        deny.unlink()
+    assert text.returncode == 0, text.stderr
+    assert "rank 2 (1/4): train_func " in text.stdout and "ranks 0-1,3 (3/4): all_reduce <- train_func " in text.stdout
+    assert "note: py-spy could not read 4 worker(s)" in text.stdout, text.stdout
     check_answer(answer, "cooperative")
-    # Ray's task loop holds the main thread in C: the dump comes from faulthandler, not Python.
+    for w in answer["workers"]:  # a real permission failure, and the answer says so
+        assert "Permission Denied" in w["pyspy_error"], w["pyspy_error"]
+    # Ray's task loop holds the main thread in C: the dump may come from faulthandler, not Python.
     formats = {w.get("cooperative_format") for w in answer["workers"]}
     assert formats <= {"faulthandler", "json"} and formats
     print("cooperative formats:", formats, "took", answer["took_s"])
+
+
+def test_no_pyspy_flag_asks_only_the_handler(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
+    answer = wait_settled(cluster, "--no-pyspy")
+    check_answer(answer, "cooperative")
+    assert all("pyspy_error" not in w for w in answer["workers"])  # not tried, so not failed
+
+
+def test_stacks_of_a_job(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
+    import ray
+
+    job = ray.get_runtime_context().get_job_id()  # the run's job: this test process is its driver
+    out = cluster.cli("stacks", "--json", "--job", job, timeout=120)
+    assert out.returncode == 0, out.stderr
+    answer = json.loads(out.stdout)
+    workers = answer["workers"]
+    assert {w["job_id"] for w in workers} == {job}
+    assert sorted(w["world_rank"] for w in workers if w.get("train_run") == RUN) == list(range(WORKERS))
+    assert len(workers) > WORKERS  # the whole job: Train's controller actor too, not only the run
+    (run,) = answer["runs"]
+    assert run["run"] == RUN and run["not_waiting"] == [ODD] and answer["errors"] == []
+    other = cluster.cli("stacks", "--json", "--job", "7f000000", timeout=120)
+    assert other.returncode == 0 and json.loads(other.stdout)["workers"] == [], other.stdout
 
 
 def test_run_finishes_after_the_odd_rank_goes_on(cluster: Cluster, stuck_run: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
-"""Train gangs on a real cluster (gloo, CPU): a pause outlives a short collective timeout, pause-all
-groups continue as one, held ranks are listed, and hang events fire for stuck runs only."""
+"""Train gangs on a real cluster (gloo, CPU): a pause outlives a short collective timeout (and kills
+the run without raydbg's raise of it), pause-all groups continue as one, held ranks are listed, and
+hang events fire for stuck runs (Train or a job's `raydbg.progress()`) only."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +21,20 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
 COLLECTIVE_TIMEOUT_S = 3
 HANG_AFTER_S = 6.0
+TIMED_OUT = "Timed out waiting 3000ms"  # gloo's message when a collective's timeout runs out
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[Cluster, Any]]:
-    env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S), "RAYDBG_RESUME_POLL_S": "0.25"}
+    env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S), "RAYDBG_RESUME_POLL_S": "0.25",
+           **targets.TRAIN_CLUSTER_ENV}
     with Cluster(num_cpus=8, env=env, by_value=(targets,)) as c:
         yield c, c.up()
 
 
 def _trainer(fn: Any, name: str, tmp_path: Path, workers: int = 2, config: dict[str, Any] | None = None,
-             timeout_s: int = COLLECTIVE_TIMEOUT_S) -> Any:
+             timeout_s: int = COLLECTIVE_TIMEOUT_S, env: dict[str, str] | None = None) -> Any:
+    """env: set in this run's workers only (RunConfig.worker_runtime_env), as a user would for one run."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
@@ -41,7 +45,8 @@ def _trainer(fn: Any, name: str, tmp_path: Path, workers: int = 2, config: dict[
         train_loop_config={**(config or {}), "out": str(out)},
         torch_config=TorchConfig(backend="gloo", timeout_s=timeout_s),
         scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": 0.5}),
-        run_config=RunConfig(name=name, storage_path=str(tmp_path)),
+        run_config=RunConfig(name=name, storage_path=str(tmp_path),
+                             worker_runtime_env={"env_vars": env} if env else None),
     )
 
 
@@ -94,7 +99,8 @@ def _wait_held_in_collective(c: Cluster, sid: str, ranks: list[int], timeout: fl
 def test_paused_rank_outlives_a_short_collective_timeout(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     c, gw = cluster
     fit = Fit(_trainer(targets.rank0_pauses, "gang-timeout", tmp_path))
-    rec = wait_for_session(gw, timeout=180, function="rank0_pauses", line=targets.line_of("gang_rank0"))
+    rec = wait_for_session(gw, timeout=180, function="rank0_pauses", line=targets.line_of("gang_rank0"),
+                           train_run="gang-timeout")
     assert (rec["train_run"], rec["train_rank"], rec["train_local_rank"], rec["train_world_size"]) == (
         "gang-timeout", 0, 0, 2)
     assert rec["group"] is None
@@ -111,9 +117,26 @@ def test_paused_rank_outlives_a_short_collective_timeout(cluster: tuple[Cluster,
     wait_gone(gw, rec["id"])
 
 
+def test_without_the_raised_timeout_the_same_pause_kills_the_run(cluster: tuple[Cluster, Any],
+                                                                   tmp_path: Path) -> None:
+    """The control of the test above: with RAYDBG_TRAIN_PG_TIMEOUT_S=0 gloo enforces the 3 s timeout."""
+    _, gw = cluster
+    fit = Fit(_trainer(targets.rank0_pauses, "gang-timeout-kept", tmp_path,
+                       env={"RAYDBG_TRAIN_PG_TIMEOUT_S": "0"}))
+    rec = wait_for_session(gw, timeout=180, function="rank0_pauses", train_run="gang-timeout-kept")
+    # Rank 0 is never continued: the run ends as soon as rank 1's all_reduce times out.
+    fit.thread.join(120)
+    assert not fit.thread.is_alive(), "the run outlived its 3 s collective timeout"
+    error = fit.error if fit.error is not None else getattr(fit.result, "error", None)
+    assert error is not None, "the run finished although rank 0 never left its breakpoint"
+    assert TIMED_OUT in str(error), str(error)[:3000]
+    wait_gone(gw, rec["id"], timeout=60)  # rank 0's worker went with the run
+
+
 def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     c, gw = cluster
-    fit = Fit(_trainer(targets.all_ranks_pause, "gang-all", tmp_path, workers=3))
+    # RAYDBG_TRAIN_PAUSE=all in the run's workers (raydbg.breakpoint(all_ranks=True) is unit tested).
+    fit = Fit(_trainer(targets.all_ranks_pause, "gang-all", tmp_path, workers=3, env={"RAYDBG_TRAIN_PAUSE": "all"}))
     deadline = time.monotonic() + 180
     members: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
@@ -156,18 +179,29 @@ def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
             if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == run]
 
 
-def _wait_hang_event(gw: Any, run: str, timeout: float = 180) -> list[dict[str, Any]]:
+def _wait_events(fetch: Callable[[], list[dict[str, Any]]], timeout: float = 180) -> list[dict[str, Any]]:
     deadline = time.monotonic() + timeout
-    while not _hang_events(gw, run) and time.monotonic() < deadline:
+    while not fetch() and time.monotonic() < deadline:
         time.sleep(0.5)
-    return _hang_events(gw, run)
+    return fetch()
+
+
+def _job_hang_events(gw: Any, job: str) -> list[dict[str, Any]]:
+    """Hang events of a job's `raydbg.progress()` beats (not of a Train run)."""
+    return [e for e in asyncio.run(gw.events(500)) if e.get("kind") == "hang"
+            and (e.get("details") or {}).get("job_id") == job and not e["details"].get("train_run")]
 
 
 def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    import ray
+
     c, gw = cluster
     release = tmp_path / "release"
+    # Alongside, in the same job, a plain task that beats once with raydbg.progress() and sticks.
+    job = ray.get_runtime_context().get_job_id()
+    task = ray.remote(max_calls=1, num_cpus=0.25)(targets.stuck_job_task).remote(str(release))
     stuck = Fit(_trainer(targets.stuck_rank, "gang-stuck", tmp_path, config={"release": str(release)}))
-    events = _wait_hang_event(gw, "gang-stuck")
+    events = _wait_events(lambda: _hang_events(gw, "gang-stuck"))
     assert len(events) == 1, events
     details = events[0]["details"]
     assert details["world_size"] == 2 and details["stalled_for_s"] >= HANG_AFTER_S
@@ -176,12 +210,20 @@ def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp
     by_rank = {m["world_rank"]: cl for cl in classes for m in cl["members"]}
     assert not by_rank[1]["in_collective"] and "stuck_rank" in by_rank[1]["summary"], classes
     assert by_rank[0]["in_collective"] and by_rank[0]["id"] != by_rank[1]["id"], classes
+    jobs = _wait_events(lambda: _job_hang_events(gw, job), timeout=60)  # the task's, as a job's
+    assert len(jobs) == 1, jobs
+    assert [(r["world_rank"], r["step"]) for r in jobs[0]["details"]["ranks"]] == [(None, 1)]
+    assert jobs[0]["details"]["stalled_for_s"] >= HANG_AFTER_S
+    assert any("stuck_job_task" in cl["summary"] for cl in jobs[0]["details"]["classes"]), jobs
     shown = c.cli("events", "--limit", "500", timeout=60)
     assert shown.returncode == 0 and "Train run gang-stuck" in shown.stdout, shown.stdout
+    assert f"job {job} made no progress" in shown.stdout, shown.stdout
     time.sleep(3 * HANG_AFTER_S)
     assert len(_hang_events(gw, "gang-stuck")) == 1  # once per stall; the job is not stopped
+    assert len(_job_hang_events(gw, job)) == 1
     release.touch()
     assert stuck.join() == [3.0, 3.0]
+    assert ray.get(task, timeout=60) > 0
     assert len(_hang_events(gw, "gang-stuck")) == 1
 
 
