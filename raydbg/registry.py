@@ -102,6 +102,20 @@ def _keys(prefix: str) -> list[bytes]:
     return [bytes(k) for k in keys or []]
 
 
+def keys(prefix: str) -> list[str]:
+    """Every key under `prefix`."""
+    return [k.decode(errors="replace") for k in _keys(prefix)]
+
+
+def multi_get(keys: list[str]) -> dict[str, bytes]:
+    """The values of those of `keys` that are present, in one call."""
+    if not keys:
+        return {}
+    found = _gcs().internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=_TIMEOUT)
+    return {(k.decode(errors="replace") if isinstance(k, bytes) else str(k)): bytes(v)
+            for k, v in (found or {}).items() if v}
+
+
 def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
     """The valid records among `keys`; malformed ones are skipped and counted."""
     if not keys:

@@ -294,10 +294,10 @@ def test_old_events_are_pruned_and_the_newest_kept(cluster: tuple[Cluster, Gatew
     for key in old + new:
         registry.put(registry.EVENT + key, {"id": key.split("-")[1], "ts": now, "kind": "test.prune"})
     registry.prune_events(keep=1000)
-    left = {k.decode() for k in registry._keys(registry.EVENT)}
+    left = set(registry.keys(registry.EVENT))
     assert not {registry.EVENT + k for k in old} & left  # older than 7 days: gone
     assert {registry.EVENT + k for k in new} <= left
     assert registry.EVENT + "not-even-a-timestamp" in left  # not raydbg's shape: left alone
     registry.prune_events(keep=2)
-    mine = sorted(k for k in {k.decode() for k in registry._keys(registry.EVENT)} if "-new" in k)
+    mine = sorted(k for k in set(registry.keys(registry.EVENT)) if "-new" in k)
     assert mine == [registry.EVENT + k for k in new[-2:]]

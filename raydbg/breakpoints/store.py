@@ -57,8 +57,8 @@ def add(bp: Breakpoint) -> Breakpoint:
 def _forget(bp_id: str) -> None:
     registry.delete(BREAKPOINT + bp_id)
     for prefix in (HITS, SLOT):
-        for key in registry._keys(f"{prefix}{bp_id}/"):
-            registry.delete(key.decode())
+        for key in registry.keys(f"{prefix}{bp_id}/"):
+            registry.delete(key)
 
 
 def remove(bp_id: str) -> bool:
@@ -159,20 +159,11 @@ def _generations(bp_id: str) -> dict[int, dict[int, str]]:
     """Per slot index: generation -> key, from one listing."""
     prefix = f"{SLOT}{bp_id}/"
     out: dict[int, dict[int, str]] = {}
-    for raw_key in registry._keys(prefix):
-        key = raw_key.decode(errors="replace")
+    for key in registry.keys(prefix):
         index, _, gen = key[len(prefix):].partition("/")
         if index.isdigit() and gen.isdigit():
             out.setdefault(int(index), {})[int(gen)] = key
     return out
-
-
-def _values(keys: list[str]) -> dict[str, bytes]:
-    if not keys:
-        return {}
-    found = registry._gcs().internal_kv_multi_get([k.encode() for k in keys], registry._NS,
-                                                  timeout=registry._TIMEOUT)
-    return {k.decode(errors="replace"): bytes(v) for k, v in (found or {}).items() if v}
 
 
 def claim_slot(bp_id: str, limit: int, who: str) -> Slot | None:
@@ -180,7 +171,7 @@ def claim_slot(bp_id: str, limit: int, who: str) -> Slot | None:
     token = secrets.token_hex(8)
     gens = _generations(bp_id)
     tops = {k: (max(g), g[max(g)]) for k, g in gens.items() if g}
-    values = _values([key for _, key in tops.values()])
+    values = registry.multi_get([key for _, key in tops.values()])
     now = time.time()
     for k in range(limit):
         top, key = tops.get(k, (-1, ""))

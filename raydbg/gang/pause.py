@@ -87,11 +87,7 @@ def prune(now: float | None = None) -> int:
     from raydbg import registry
 
     now = time.time() if now is None else now
-    gcs = registry._gcs()
-    keys = gcs.internal_kv_keys(RESUME.encode(), registry._NS, timeout=registry._TIMEOUT) or []
-    if not keys:
-        return 0
-    values = gcs.internal_kv_multi_get(keys, registry._NS, timeout=registry._TIMEOUT)
+    values = registry.multi_get(registry.keys(RESUME))
     dropped = 0
     for k, raw in values.items():
         try:
@@ -99,6 +95,6 @@ def prune(now: float | None = None) -> int:
         except (ValueError, AttributeError):
             ts = 0.0
         if now - ts > RESUME_KEEP_S:
-            registry.delete(k.decode() if isinstance(k, bytes) else str(k))
+            registry.delete(k)
             dropped += 1
     return dropped

@@ -34,12 +34,10 @@ def poll_s() -> float:
 
 
 def _requested(rec: SessionRecord) -> bool:
-    keys = [session_key(rec.id).encode()]
+    keys = [session_key(rec.id)]
     if rec.group:
-        keys.append(group_key(rec.group).encode())
-    gcs = registry._gcs()
-    found = gcs.internal_kv_multi_get(keys, registry._NS, timeout=registry._TIMEOUT)
-    return any(found.get(k) for k in keys)
+        keys.append(group_key(rec.group))
+    return bool(registry.multi_get(keys))
 
 
 class _Watcher:

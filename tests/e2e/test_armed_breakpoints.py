@@ -159,7 +159,7 @@ def test_the_slot_of_a_killed_paused_worker_frees_when_its_lease_runs_out(cluste
     victim = psutil.Process(rec["pid"])
     victim.kill()  # its slot stays held: nobody releases or renews it
     victim.wait(10)
-    (dead_key,) = [k.decode() for k in registry._keys(f"{store.SLOT}{bp['id']}/")]
+    (dead_key,) = registry.keys(f"{store.SLOT}{bp['id']}/")
     dead = json.loads(registry.get_bytes(dead_key) or b"{}")
     held_until = dead["ts"] + store.LEASE_S
     # While the lease runs, a hit counts and runs on.
@@ -183,7 +183,7 @@ def test_the_slot_of_a_killed_paused_worker_frees_when_its_lease_runs_out(cluste
     assert paused["since"] > held_until, (paused["since"], held_until)
     # The dead holder's slot, were it to come back, is no longer its own: renew and release
     # leave the keeper's claim alone (on the real GCS; tests/test_breakpoints_store.py: the races).
-    (key,) = [k.decode() for k in registry._keys(f"{store.SLOT}{bp['id']}/")]
+    (key,) = registry.keys(f"{store.SLOT}{bp['id']}/")
     index, gen = (int(x) for x in dead_key.rsplit("/", 2)[1:])
     ghost = store.Slot(bp["id"], index, gen, dead["who"], dead["token"])
     assert key != dead_key and not store.renew_slot(ghost)
