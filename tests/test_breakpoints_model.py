@@ -56,6 +56,12 @@ def test_matches() -> None:
     assert model.matches("train.py", ("train.py",))
     assert not model.matches("train.py", ("/tmp/mytrain.py",))
     assert not model.matches("pkg/train.py", ("/tmp/otherpkg/train.py",))
+    # A relative path is the user's code, not an installed package's file of that name ...
+    assert not model.matches("train.py", ("/venv/lib/python3.12/site-packages/ray/train/train.py",))
+    assert not model.matches("train.py", ("/usr/lib/python3/dist-packages/x/train.py",))
+    # ... unless it names the packages directory itself.
+    assert model.matches("site-packages/ray/train/train.py",
+                         ("/venv/lib/python3.12/site-packages/ray/train/train.py",))
 
 
 def test_job_scope() -> None:

@@ -156,13 +156,23 @@ def matches(bp_file: str, filenames: tuple[str, ...]) -> bool:
 
     An absolute path must be equal (after normalising); a relative one matches as a whole
     trailing part of the path (`pkg/train.py` matches `/tmp/ray/.../pkg/train.py`), for
-    code that Ray unpacked from a working_dir.
+    code that Ray unpacked from a working_dir, but not an installed package's file (an
+    editor's `train.py` is the user's, not `site-packages/ray/train/.../train.py`) unless
+    the relative path itself names the packages directory.
     """
     if os.path.isabs(bp_file):
         want = os.path.normpath(bp_file)
         return any(os.path.normpath(f) == want for f in filenames)
-    tail = "/" + os.path.normpath(bp_file)
-    return any(f == tail[1:] or f.endswith(tail) for f in filenames)
+    rel = os.path.normpath(bp_file)
+    tail = "/" + rel
+    names_packages = any(d in tail for d in _PACKAGE_DIRS)
+    return any(
+        f == rel or (f.endswith(tail) and (names_packages or not any(d in f for d in _PACKAGE_DIRS)))
+        for f in filenames
+    )
+
+
+_PACKAGE_DIRS = ("/site-packages/", "/dist-packages/")
 
 
 # --- counts the API shows -------------------------------------------------------------
