@@ -18,7 +18,7 @@ from raydbg.client import Gateway
 # hot loops with a breakpoint in another function / on a line of the same function never reached.
 PY311_NOTE = ("note: {who} Python {versions}: arming there is opt-in (RAYDBG_BREAK_PY311=1 in the job's "
               "environment, e.g. runtime_env={{'env_vars': {{'RAYDBG_BREAK_PY311': '1'}}}}) and makes hot "
-              "code 2.9-20.5x slower while anything is armed for the job (a settrace fallback, "
+              "code 3-27x slower while anything is armed for the job (a settrace fallback, "
               "docs/breakpoints.md); Python 3.12+ arms at no measurable cost")
 _VERSION = re.compile(r"\d{1,2}\.\d{1,3}(\.\d{1,3})?")
 
