@@ -416,6 +416,43 @@ def test_only_a_complete_learned_peak_is_admitted_under_the_high_mark(
     assert seen == {"f00d": True, "beef": False}
 
 
+def test_a_held_task_moves_to_the_high_mark_once_its_functions_peak_is_complete(
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path
+) -> None:
+    """A task that entered the gate while its function's peak was still incomplete (no task
+    of it had ended yet) waits under the low mark; once a task ends and the peak is
+    complete, the same room is admitted under the high mark, as a later start would be
+    (else it held its CPU while a later start took the room: waves ran 2 at a time, not 3)."""
+    from raydbg.memory.learn import PeakTable
+
+    need = int(3.5 * GiB)
+    peaks = run_dir / "peaks-n1"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    peaks.write_text(json.dumps({"peaks": {"f00d": need}, "complete": []}))
+    monkeypatch.setattr(start_gate, "_peaks", PeakTable(peaks, every_s=0))
+    # 40 GiB node: low mark 34 GiB, high 35 GiB. 30 used + 3.5 ours + ~1 another admitted
+    # task has still to allocate = ~34.5: above the low mark, under the high one.
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (30 * GiB, 40 * GiB))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    pauses: list[float] = []
+
+    def pause(seconds: float) -> None:
+        pauses.append(seconds)
+        assert len(pauses) < 20, "never admitted after the peak was complete"
+        if len(pauses) == 3:  # a task of the function ended on its own: the peak is complete
+            peaks.write_text(json.dumps({"peaks": {"f00d": need}, "complete": ["f00d"]}))
+
+    monkeypatch.setattr(start_gate, "_sleep", pause)
+    try:
+        (run_dir / f"reserve-{other.pid}").write_text(str(GiB))
+        start_gate.admit(need, False, 60.0, function_id="f00d", learned=False)
+        assert len(pauses) == 3  # held under the low mark, in under the high mark at once after
+    finally:
+        other.kill()
+        other.wait()
+        start_gate.release()
+
+
 def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
     monkeypatch: pytest.MonkeyPatch, run_dir: Path
 ) -> None:

@@ -114,17 +114,24 @@ def admit(
     free its memory) and the node is below the high mark: waiting would then free nothing."""
 
     need = [room]
+    sound = [learned]
 
     def now() -> bool:
         # A peak learned while this task waits (its function's running tasks still grow)
-        # raises what it waits for.
-        need[0] = max(need[0], _peak(function_id)[0])
+        # raises what it waits for; once that peak is complete and covers the need, it is
+        # the sound estimate a later start would be admitted with: the high mark. (Kept
+        # at the entry's low mark, a task that started before the first task of its
+        # function ended waits for the whole peak under the low mark: it never fits
+        # beside two running tasks where a later start does, and holds its CPU meanwhile.)
+        peak, complete = _peak(function_id)
+        need[0] = max(need[0], peak)
+        sound[0] = sound[0] or (complete and peak >= need[0])
         with node_files.admission_lock():
             used, limit = (read or node_memory)()
             low, high = settings.current().marks(limit)
             have = node_files.anon(os.getpid()) or 0
             pending = node_files.reservations()
-            mark = high if learned else low
+            mark = high if sound[0] else low
             room_now = used + max(0, need[0] - have) + sum(pending) < mark
             alone = not strict and not pending and used < high and not siblings(function_id)
             if room_now or alone:
