@@ -105,7 +105,8 @@ def admit(
 
     Fits: under the high mark when `room` is a complete learned peak (a sound estimate,
     and the high mark is still below the kill threshold), else under the low mark (a
-    killed attempt's memory or an incomplete peak: lower bounds).
+    killed attempt's memory or an incomplete peak: lower bounds) until the function's
+    peak, re-read while waiting, is complete and covers it.
 
     Check and reserve happen under one lock, so tasks starting together do not take the
     same room. `strict` (a retry after a raydbg kill): only room, or `max_hold_s`, lets it
@@ -118,11 +119,9 @@ def admit(
 
     def now() -> bool:
         # A peak learned while this task waits (its function's running tasks still grow)
-        # raises what it waits for; once that peak is complete and covers the need, it is
-        # the sound estimate a later start would be admitted with: the high mark. (Kept
-        # at the entry's low mark, a task that started before the first task of its
-        # function ended waits for the whole peak under the low mark: it never fits
-        # beside two running tasks where a later start does, and holds its CPU meanwhile.)
+        # raises what it waits for; once that peak is complete and covers the need, the
+        # task waits under the high mark, as a later start would (kept at the low mark, it
+        # held its CPU while later starts took the room: `waves` ran 2 at a time, not 3).
         peak, complete = _peak(function_id)
         need[0] = max(need[0], peak)
         sound[0] = sound[0] or (complete and peak >= need[0])
