@@ -14,12 +14,10 @@ from typing import Any
 from raydbg.breakpoints import model
 from raydbg.client import Gateway
 
-# Cost of the 3.11 fallback: benchmarks/results/armed_breakpoints-py311.json (docs/breakpoints.md),
-# hot loops with a breakpoint in another function / on a line of the same function never reached.
 PY311_NOTE = ("note: {who} Python {versions}: arming there is opt-in (RAYDBG_BREAK_PY311=1 in the job's "
               "environment, e.g. runtime_env={{'env_vars': {{'RAYDBG_BREAK_PY311': '1'}}}}) and makes hot "
-              "code 3-27x slower while anything is armed for the job (a settrace fallback, "
-              "docs/breakpoints.md); Python 3.12+ arms at no measurable cost")
+              f"code {model.PY311_COST} slower while anything is armed for the job (a settrace "
+              "fallback, docs/breakpoints.md); Python 3.12+ arms at no measurable cost")
 _VERSION = re.compile(r"\d{1,2}\.\d{1,3}(\.\d{1,3})?")
 
 

@@ -150,6 +150,11 @@ def replacement(current: list[Breakpoint], wanted: list[Breakpoint]) -> tuple[li
     return out, left
 
 
+# What arming costs a hot loop in a Python 3.11 worker (the settrace fallback), measured by
+# benchmarks/armed_breakpoints.py (docs/breakpoints.md): said by `break add` and the worker.
+PY311_COST = "3-27x"
+
+
 # --- matching a code object's file ---------------------------------------------------
 def matches(bp_file: str, filenames: tuple[str, ...]) -> bool:
     """Does a breakpoint's `file` name one of a code object's paths (co_filename, its realpath)?

@@ -24,7 +24,7 @@ POLL_S = 0.5
 FULL_RETRY_S = 1.0  # all pause slots held: hits run on without asking GCS again for this long
 PY311_ENV = "RAYDBG_BREAK_PY311"
 PY311_OFF = ("not armed in a Python 3.11 worker: set RAYDBG_BREAK_PY311=1 in the job's env "
-             "(a settrace fallback: hot code 2.9-20.5x slower while armed)")
+             f"(a settrace fallback: hot code {model.PY311_COST} slower while armed)")
 
 
 class Layer(Protocol):

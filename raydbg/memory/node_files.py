@@ -29,16 +29,6 @@ from typing import Any
 from raydbg.private_dir import check_private, open_private, private_dir
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
-_SPACES = b" " * RECORD_SIZE
-
-
-def _note_pid() -> None:
-    global _pid
-    _pid = os.getpid()
-
-
-_pid = os.getpid()  # kept by a fork hook: a record is per process, and getpid is a syscall
-os.register_at_fork(after_in_child=_note_pid)
 FLAG_FRESH_S = 2.0  # an older flag is a monitor that died with it set: ignored
 
 
@@ -92,45 +82,34 @@ class RunningRecord:
         self.directory = directory or run_dir()
         self._map: mmap.mmap | None = None
         self._pid = -1
-        self._last = 0  # length of the last record written: the rest is spaces
 
     def write_static(self, task_id: str, attempt: int, static: str, held: bool = False) -> None:
         """`static`: the record's fields that do not change between this function's tasks,
-        JSON-encoded once by the caller (this runs before every task, cold: each step
-        counts)."""
+        JSON-encoded once by the caller (this runs before every task)."""
         m = self._map
-        if m is None or self._pid != _pid:
+        if m is None or self._pid != os.getpid():  # a forked child writes its own record
             m = self._open()
         data = (
             f'{{"task_id": "{task_id}", "attempt": {attempt}, "start": {time.time()}, '
             f'"held": {"true" if held else "false"}, {static}}}'
-        ).encode()
-        # A copy into the shared page, then spaces over what is left of the last record:
-        # no system call, so the task's thread never lets go of the GIL here (with a
-        # pwrite, getting it back cost a busy worker more than the write). A reader that
-        # races it gets bad JSON and skips the record for that round (unknown =
-        # non-retriable: sound).
-        n = len(data)
-        if n > RECORD_SIZE:
-            data, n = data[:RECORD_SIZE], RECORD_SIZE
-        m[:n] = data
-        if n < self._last:
-            m[n : self._last] = _SPACES[: self._last - n]
-        self._last = n
+        ).encode()[:RECORD_SIZE]
+        # One copy of the whole fixed-size block into the shared page: no system call, so
+        # the task's thread never lets go of the GIL here (with a pwrite, getting it back
+        # cost a busy worker more than the write). A reader that races it gets bad JSON
+        # and skips the record for that round (unknown = non-retriable: sound).
+        m[:RECORD_SIZE] = data.ljust(RECORD_SIZE)
 
     def _open(self) -> mmap.mmap:
         self.close()
         ensure_run_dir(self.directory)
-        self._pid = _pid
-        fd = open_private(self.directory / str(_pid), os.O_RDWR | os.O_CREAT)
+        self._pid = os.getpid()
+        fd = open_private(self.directory / str(self._pid), os.O_RDWR | os.O_CREAT)
         try:
             os.ftruncate(fd, RECORD_SIZE)
-            m = self._map = mmap.mmap(fd, RECORD_SIZE)
+            self._map = mmap.mmap(fd, RECORD_SIZE)
         finally:
             os.close(fd)  # the mapping keeps the file
-        m[:] = _SPACES
-        self._last = 0
-        return m
+        return self._map
 
     def close(self) -> None:
         if self._map is not None:

@@ -48,7 +48,6 @@ _peaks: PeakTable | None = None  # what big functions' tasks reach on this node 
 _measurer: NodeMeasurer | None = None
 _sleep = time.sleep  # the wait loop's pause (tests replace it)
 _reserving = False  # this worker's running attempt holds a reservation (node_files.py)
-_worker_record: node_files.RunningRecord | None = None  # a Ray worker's, from worker_setup()
 
 
 # --- room on the node ---------------------------------------------------------------
@@ -242,19 +241,13 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
     s = settings.current()
     if s.monitor == "off":
         return
-    if _reserving:
-        release()  # an earlier task that ended without after_task (never seen)
+    release()  # an earlier task that ended without after_task (never seen; cheap)
     try:
-        record = _worker_record or node_files.record()
-        key = (name, tid[-8:], function_id)
-        static = _statics.get(key) or _static(*key)
-        if (
-            attempt == 0
-            and (time.monotonic() < _flag_down_until or not under_pressure())
-            and not (_peaks and _peaks.get(function_id))
-        ):
-            # The common case, in as few calls as can be: it runs before every task, and
-            # there each call is cold (1-2 us, measured in a busy worker).
+        record = node_files.record()
+        static = _static(name, tid[-8:], function_id) if tid else ""
+        if attempt == 0 and not under_pressure() and not _peak(function_id)[0]:
+            # The common case, kept short: it runs before every task, where each step is
+            # cold (1-2 us a call in a busy worker, measured).
             if tid:
                 record.write_static(tid, 0, static)
             return
@@ -327,7 +320,7 @@ def install() -> bool:
 
 def worker_setup() -> None:
     """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
-    global _flag, _peaks, _worker_record
+    global _flag, _peaks
     from raydbg.memory.identity import node_id_of_self
 
     budgets.install_submit_hook()
@@ -335,7 +328,6 @@ def worker_setup() -> None:
     _flag = str(node_files.flag_path(node_id)) if node_id else None
     learn = settings.current().learn
     _peaks = PeakTable(str(peaks_path(node_id))) if node_id and learn else None
-    _worker_record = node_files.record()  # a worker's run dir does not change
     install()
 
 
