@@ -105,6 +105,28 @@ def test_group_paused_rank_first_then_odd_then_rest() -> None:
     assert [m["world_rank"] for m in rest["members"]] == [0, 1, 3]
 
 
+def test_paused_on_one_line_is_one_class_wherever_the_pause_path_was_sampled() -> None:
+    """Seen in CI under load: one worker sampled in raydbg's wait loop, the other still
+    importing OpenTelemetry for its pause metrics, both stopped at the same user line."""
+    waiting = [fr("wait_for_client", "/work/raydbg/raydbg/worker/resume.py", 127),
+               fr("pause", "/work/raydbg/raydbg/worker/session.py", 107)] + PAUSED[2:]
+    importing = [fr("_set_new_attribute", "/usr/lib/python3.11/dataclasses.py", 833),
+                 fr("<module>", f"{SITE}/opentelemetry/sdk/metrics/_internal/point.py", 18),
+                 fr("_find_and_load", "<frozen importlib._bootstrap>", 1176),
+                 fr("__getattr__", "/work/raydbg/raydbg/telemetry/__init__.py", 56),
+                 fr("pause", "/work/raydbg/raydbg/worker/session.py", 102)] + PAUSED[2:]
+    out = classes.group([worker(0, PAUSED, paused=True), worker(1, waiting, paused=True),
+                         worker(2, importing, paused=True)])
+    assert [c["count"] for c in out] == [3]
+    assert out[0]["summary"] == "paused at breakpoint  train_loop.py:108 train_step"
+    # Running threads keep every frame: where the library call is differs in kind.
+    assert len(classes.group([worker(0, waiting), worker(1, importing)])) == 2
+    # A pause inside library code keeps the library frame the user stopped in.
+    lib = [fr("breakpointhook", f"{SITE}/raydbg/worker/hook.py", 24),
+           fr("forward", f"{SITE}/torch/nn/modules/linear.py", 125)] + PAUSED[3:]
+    assert frames.paused_at(lib)[0]["function"] == "forward"
+
+
 def test_py_spy_and_faulthandler_names_land_in_one_class() -> None:
     a = worker(0, [fr("Thread.run", "/usr/lib/python3.11/threading.py", 982)])
     b = worker(1, [fr("run", "/usr/lib/python3.11/threading.py", 982)])

@@ -51,10 +51,12 @@ def worker_paused(worker: Worker) -> bool:
 
 def key(worker: Worker) -> tuple[Any, ...]:
     t = main_thread(worker)
+    paused = worker_paused(worker)
+    frames = (t or {}).get("frames") or []
     # Short names: py-spy says `Thread.run` where faulthandler says `run`.
     stack = tuple((f.get("file"), F.short_name(str(f.get("function"))), f.get("line"))
-                  for f in (t or {}).get("frames") or [])
-    return (worker_paused(worker), stack)
+                  for f in (F.paused_at(frames) if paused else frames))
+    return (paused, stack)
 
 
 def class_id(k: tuple[Any, ...]) -> str:

@@ -43,12 +43,17 @@ def is_native(frame: Frame) -> bool:
     return file.endswith(_NATIVE_SUFFIXES) or ".so." in file or not frame.get("line")
 
 
+def is_raydbg(frame: Frame) -> bool:
+    file = str(frame.get("file") or "")
+    return file.startswith(_RAYDBG_DIR) or bool(_RAYDBG_ELSEWHERE.search(file))
+
+
 def is_internal(frame: Frame) -> bool:
     """True for frames a user did not write: stdlib, installed packages, raydbg, native code."""
     file = str(frame.get("file") or "")
     if is_native(frame) or file.startswith("<frozen"):
         return True
-    if file.startswith(_RAYDBG_DIR) or _RAYDBG_ELSEWHERE.search(file):
+    if is_raydbg(frame):
         return True
     return any(m in file for m in _LIBRARY_MARKS) or bool(_STDLIB.search(file))
 
@@ -69,6 +74,22 @@ def collective_frame(frames: Sequence[Frame]) -> Frame | None:
         elif is_native(frame) and _NATIVE_COLLECTIVE.search(str(frame.get("function") or "")):
             found = found or frame
     return found
+
+
+def paused_at(frames: Sequence[Frame]) -> list[Frame]:
+    """A paused thread's stack from the frame it stopped in, outward.
+
+    Above that frame runs raydbg's pause path (its wait loop, debugpy, an import on first
+    use), sampled wherever it happens to be: two threads paused on the same line differ
+    there, so it is cut at the outermost raydbg frame reached through internal frames only.
+    """
+    cut = 0
+    for i, frame in enumerate(frames):
+        if not is_internal(frame):
+            break
+        if is_raydbg(frame):
+            cut = i + 1
+    return list(frames[cut:])
 
 
 def user_frames(frames: Iterable[Frame]) -> list[Frame]:

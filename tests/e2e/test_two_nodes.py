@@ -103,7 +103,9 @@ def test_stacks_of_both_nodes_are_merged(two_nodes: tuple[Cluster, Node, Any]) -
         frames = [f for t in worker["threads"] for f in t["frames"]]
         assert any(f["function"] == "plain_task" and f["line"] == targets.line_of("task") for f in frames)
     # Both paused at the same line: one class, with a member from each node.
-    (cls,) = [c for c in answer["classes"] if {m["pid"] for m in c["members"]} & {w["pid"] for w in mine.values()}]
+    ours = [c for c in answer["classes"] if {m["pid"] for m in c["members"]} & {w["pid"] for w in mine.values()}]
+    assert len(ours) == 1, [(c["summary"], c["members"], c["frames"][:4]) for c in ours]
+    (cls,) = ours
     assert {m["node_id"] for m in cls["members"]} >= {far.node_id, head} and cls["paused"] is True
     for rec in sessions.values():
         with forward(cluster.address, rec["id"]) as port:
