@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -178,6 +179,12 @@ def enable_task_tracing(on_context: Callable[[], object] | None = None) -> None:
 
     inject_current_context._raydbg = True  # type: ignore[attr-defined]
     propagator.inject_current_context = inject_current_context
+    # A task call outside any span skips Ray's tracing wrapper altogether (its quiet path
+    # still cost a busy driver ~15 us a call, measured); the worker runs it plainly.
+    untraced = _untraced_remote()
+    if untraced is not None:
+        _submit["untraced"] = untraced
+        _wrap_remote()
     propagator.extract = extract_context
     th._function_hydrate_span_args = quiet(th._function_hydrate_span_args)
     th._actor_hydrate_span_args = quiet(th._actor_hydrate_span_args)
@@ -395,12 +402,16 @@ def _function_key(descriptor: Any) -> str:
 
 
 def gate_task_functions(
-    before: Callable[[str, int, str, str], None], after: Callable[[], None]
+    before: Callable[[str, int, str, str], tuple[float, Callable[[str, float], None]] | None],
+    after: Callable[[], None],
 ) -> bool:
     """Call `before(task id hex, attempt, task name, function id)` before every normal sync
     task (not actor methods, not async functions) of this worker, `after()` once it ended
     (returned, raised, or its generator ran out); idempotent; False when this Ray lacks
-    the hook points."""
+    the hook points.
+
+    When `before` returns (until, write), first attempts of the same function and task
+    name that start before `until` (time.time()) only call `write(task id hex, start)`."""
     import inspect
 
     import ray
@@ -436,22 +447,37 @@ def gate_task_functions(
 
         get_execution_info._raydbg = True  # type: ignore[attr-defined]
         FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
-    # This runs before every task, where each call is cold (~1-6 us): the core worker's
-    # getters are taken directly (not through the runtime context's mode checks), and
-    # an actor's process is known by its instance in `worker.actors` (set before this).
+    # This runs before every task, where each step is cold (1-2 us, measured): the core
+    # worker's getters are taken directly (not through the runtime context's mode checks),
+    # an actor's process is known by its instance in `worker.actors` (set before this),
+    # and the quick path is a handful of steps.
     core = worker.core_worker
-    function_name, task_name, actors = (
-        core.get_current_task_function_name, core.get_current_task_name, worker.actors,
+    function_name, task_name, actors, now = (
+        core.get_current_task_function_name, core.get_current_task_name, worker.actors, time.time,
     )  # fmt: skip
     running = [False]
+    # The last full call's function key and task name, and what `before` returned for it.
+    quick: list[Any] = ["", "", 0.0, None]
 
     def record_task_log_start(task_id: Any, attempt_number: int) -> None:
         try:  # never the reason a task fails
             if gated and not actors:
-                fid = gated.get(function_name() or "")
+                key = function_name() or ""
+                t = now()
+                if attempt_number == 0 and key == quick[0] and t < quick[2]:
+                    name = task_name() or ""
+                    if name == quick[1]:
+                        quick[3](task_id.hex(), t)
+                        start(task_id, attempt_number)
+                        return
+                quick[2] = 0.0
+                fid = gated.get(key)
                 if fid:
                     running[0] = True
-                    before(task_id.hex(), int(attempt_number), task_name() or "", fid)
+                    name = task_name() or ""
+                    ticket = before(task_id.hex(), int(attempt_number), name, fid)
+                    if ticket is not None:
+                        quick[:] = [key, name, ticket[0], ticket[1]]
         except Exception:
             pass
         start(task_id, attempt_number)
@@ -478,23 +504,26 @@ def current_task_id_hex() -> str | None:
         return None
 
 
-# --- Retry budgets, submit side (raydbg/memory/budgets.py) ------------------------------
+# --- Task submission: retry budgets (raydbg/memory/budgets.py) and the tracing shortcut ---
 # Every `f.remote()` and `f.options(...).remote()` of a normal task calls
 # `RemoteFunction._remote(self, args, kwargs, serialized_runtime_env_info, **task_options)`
 # (task_options: the call's options merged over the function's). On `self`:
 # `_function_descriptor.function_id` (the id gate_task_functions sees in the worker),
 # `_default_options` (the function's own options) and `_function_name` ("module.name").
 # Ray's default `max_retries` is `ray._common.ray_option_utils.task_options`'s.
+# `_remote` is `wrap_auto_init(_tracing_task_invocation(_remote))`: ray.init on first use,
+# then, with the tracing flag on, a producer span and the injected context.
+
+# What raydbg's one wrapper of `_remote` does: `after` (budgets), and `untraced` (the
+# undecorated `_remote`, for calls made outside any span once the flag is on);
+# `done`: the calls `after` is done with (see wrap_task_submit).
+_submit: dict[str, Any] = {"after": None, "untraced": None, "done": {}}
 
 
-def wrap_task_submit(
-    after: Callable[[Any, str, dict[str, Any], dict[str, Any], str], None],
-) -> bool:
-    """Call `after(result, function id hex, function options, call options, function name)`
-    once each normal task from this process is submitted (`result`: what `.remote()`
-    returned); idempotent; False when this Ray lacks the hook point. Whatever `after`
-    raises is logged at debug level: never the reason a submission fails."""
+def _wrap_remote() -> bool:
+    """Wrap `RemoteFunction._remote` once; False when this Ray lacks it."""
     try:
+        import ray._private.worker as worker_module
         from ray.remote_function import RemoteFunction
     except Exception:
         return False
@@ -503,13 +532,32 @@ def wrap_task_submit(
         return False
     if getattr(orig, "_raydbg", False):
         return True
+    unset = object()
 
     @functools.wraps(orig)
     def _remote(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = orig(self, *args, **kwargs)
+        untraced = _submit["untraced"]
+        if untraced is not None and worker_module.global_worker.connected and not _in_context():
+            result = untraced(self, *args, **kwargs)  # what Ray's wrappers would end in
+        else:
+            result = orig(self, *args, **kwargs)
+        after = _submit["after"]
+        if after is None:
+            return result
+        # id(remote function) -> (it, its descriptor, the option `after` is done with). The
+        # descriptor is new when the function is exported to another job or cluster.
+        done = _submit["done"]
+        seen = done.get(id(self))
+        option = kwargs.get("max_retries", unset)
+        if seen is not None and seen[1] is self._function_descriptor and seen[2] == option:
+            return result
         try:
-            fid = self._function_descriptor.function_id.hex()
-            after(result, fid, self._default_options, kwargs, getattr(self, "_function_name", ""))
+            descriptor = self._function_descriptor
+            fid = descriptor.function_id.hex()
+            if after(result, fid, self._default_options, kwargs, getattr(self, "_function_name", "")):
+                if len(done) > 1000:  # remote functions made per call
+                    done.clear()
+                done[id(self)] = (self, descriptor, option)
         except Exception as e:
             logging.getLogger("raydbg").debug("raydbg: after-submit hook failed: %s", e)
         return result
@@ -519,13 +567,54 @@ def wrap_task_submit(
     return True
 
 
-def unwrap_task_submit() -> None:
-    """Undo wrap_task_submit (tests)."""
+def _unwrap_remote_if_unused() -> None:
     from ray.remote_function import RemoteFunction
 
     cur = RemoteFunction._remote
-    if getattr(cur, "_raydbg", False):
+    if getattr(cur, "_raydbg", False) and _submit["after"] is None and _submit["untraced"] is None:
         RemoteFunction._remote = cur.__wrapped__  # type: ignore[attr-defined,method-assign]
+
+
+def wrap_task_submit(
+    after: Callable[[Any, str, dict[str, Any], dict[str, Any], str], bool],
+) -> bool:
+    """Call `after(result, function id hex, function options, call options, function name)`
+    once each normal task from this process is submitted (`result`: what `.remote()`
+    returned); False when this Ray lacks the hook point. Whatever `after` raises is
+    logged at debug level: never the reason a submission fails.
+
+    `after` returns True when calls of that function with that `max_retries` option need
+    it no more: later ones are then not passed to it (most calls of a function repeat its
+    first, and this runs at every `.remote()`, where each step costs a busy driver 1-2 us)."""
+    if not _wrap_remote():
+        return False
+    if _submit["after"] is not after:
+        _submit.update(after=after, done={})
+    return True
+
+
+def unwrap_task_submit() -> None:
+    """Undo wrap_task_submit (tests)."""
+    _submit["after"] = None
+    _unwrap_remote_if_unused()
+
+
+def _untraced_remote() -> Callable[..., Any] | None:
+    """`_remote` without Ray's auto-init and tracing wrappers, if it has exactly those."""
+    from ray.remote_function import RemoteFunction
+
+    fn: Any = RemoteFunction._remote
+    if getattr(fn, "_raydbg", False):
+        fn = fn.__wrapped__
+    names: list[str] = []
+    while fn is not None:
+        names.append(getattr(getattr(fn, "__code__", None), "co_name", ""))
+        if len(names) == 3:
+            break
+        fn = getattr(fn, "__wrapped__", None)
+    if names != ["auto_init_wrapper", "_invocation_remote_span", "_remote"]:
+        return None
+    return fn  # type: ignore[no-any-return]
 
 
 @functools.cache

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from raydbg import _ray_internals
 from raydbg.memory import budgets, service, settings, start_gate
 from raydbg.memory.policy import Candidate
 
@@ -173,6 +174,7 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
         return _Ref(next(tids))
 
     monkeypatch.setattr(RemoteFunction, "_remote", fake_remote)
+    monkeypatch.setattr(_ray_internals, "_submit", {"after": None, "untraced": None, "done": {}})
     monkeypatch.delenv("RAY_TASK_MAX_RETRIES", raising=False)
     try:
         assert budgets.install_submit_hook() and budgets.install_submit_hook()  # idempotent
@@ -203,6 +205,35 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
         assert RemoteFunction._remote is fake_remote
     finally:
         monkeypatch.setattr(RemoteFunction, "_remote", orig)
+
+
+def test_submit_hook_skips_calls_it_is_done_with(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once `after` says a function's calls with an option need nothing, later such calls
+    skip it; another option, or the function exported anew (a new descriptor), do not."""
+    from ray.remote_function import RemoteFunction
+
+    monkeypatch.setattr(RemoteFunction, "_remote", lambda self, *a, **o: _Ref(TID))
+    monkeypatch.setattr(_ray_internals, "_submit", {"after": None, "untraced": None, "done": {}})
+    seen: list[Any] = []
+
+    def after(result: Any, fid: str, fn_opts: Any, opts: dict[str, Any], name: str) -> bool:
+        seen.append(opts.get("max_retries"))
+        return opts.get("max_retries") != 0  # 0: "a budget that differs", never done
+
+    assert _ray_internals.wrap_task_submit(after)
+    try:
+        fn = RemoteFunction.__new__(RemoteFunction)
+        fn._function_descriptor = _Descriptor()  # type: ignore[assignment]
+        fn._default_options = {}
+        for opts in ({}, {}, {"max_retries": 0}, {"max_retries": 0}, {}, {"max_retries": 2}):
+            RemoteFunction._remote(fn, args=[], kwargs={}, **opts)
+        assert seen == [None, 0, 0, 2]  # the memo holds the last option it was done with
+        RemoteFunction._remote(fn, args=[], kwargs={}, max_retries=2)
+        fn._function_descriptor = _Descriptor()  # type: ignore[assignment]
+        RemoteFunction._remote(fn, args=[], kwargs={}, max_retries=2)
+        assert seen == [None, 0, 0, 2, 2]
+    finally:
+        _ray_internals.unwrap_task_submit()
 
 
 def test_function_default_first_writer_wins(gcs: FakeGcs) -> None:
@@ -509,6 +540,107 @@ def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
     os.utime(flag, (1, 1))  # a flag left by a monitor that died: ignored
     monkeypatch.setattr(start_gate, "node_memory", lambda: pytest.fail("stale flag trusted"))
     start_gate.before_task(TID, 0, "grow", "f00d")
+
+
+def test_before_task_hands_out_a_quick_path_only_when_calm(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from raydbg.memory import node_files
+
+    monkeypatch.setattr(start_gate, "_flag", node_files.flag_path("n1", tmp_path))
+    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
+    until, write = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
+    assert time.time() < until <= time.time() + start_gate.FLAG_RECHECK_S
+    other = TID[:-12] + "ab" * 2 + TID[-8:]
+    write(other, 1764757200.25)  # what the wrapper does for the next such task
+    rec = node_files.read_running([os.getpid()])[os.getpid()]
+    assert (rec["task_id"], rec["start"], rec["attempt"], rec["held"], rec["fn"], rec["name"]) == (
+        other, 1764757200.25, 0, False, "f00d", "grow")
+    assert start_gate.before_task(TID, 1, "grow", "f00d") is None  # a retry: always the full gate
+    assert start_gate.before_task("t1", 0, "grow", "f00d") is None  # not a Ray task id
+    node_files.set_flag(node_files.flag_path("n1", tmp_path), True, "1 2 trend")
+    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
+    monkeypatch.setattr(start_gate, "wait_until", lambda ok, hold, on_hold: 0.0)
+    assert start_gate.before_task(TID, 0, "grow", "f00d") is None  # pressure: no quick path
+
+
+class _TaskId:
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def hex(self) -> str:
+        return f"{self.n:040x}" + TID[-8:]
+
+
+def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """_ray_internals.gate_task_functions against a stand-in for Ray's worker: `before` runs
+    for a first task, a new function or name, a retry and once its ticket ran out; else
+    only the ticket's writer."""
+    import ray
+    from ray._private.function_manager import FunctionActorManager
+
+    from raydbg import _ray_internals
+
+    current = {"fn": "m.grow", "name": "grow"}
+    started: list[int] = []
+
+    class Core:
+        def get_current_task_function_name(self) -> str:
+            return current["fn"]
+
+        def get_current_task_name(self) -> str:
+            return current["name"]
+
+    class Worker:
+        core_worker = Core()
+        actors: dict[str, Any] = {}
+
+        def record_task_log_start(self, task_id: Any, attempt: int) -> None:
+            started.append(task_id.n)
+
+        def record_task_log_end(self, task_id: Any, attempt: int) -> None:
+            pass
+
+    class Descriptor:
+        module_name, class_name, function_name = "m", "", "grow"
+
+        def __init__(self, fid: str) -> None:
+            self.function_id = type("Id", (), {"hex": lambda _: fid})()
+
+        def is_actor_method(self) -> bool:
+            return False
+
+    monkeypatch.setattr(ray._private.worker, "global_worker", Worker())
+    monkeypatch.setattr(FunctionActorManager, "get_execution_info",
+                        lambda self, job, d: type("Info", (), {"function": len})())
+    full: list[tuple[str, int, str, str]] = []
+    quick: list[str] = []
+    until = [time.time() + 60]
+
+    def before(tid: str, attempt: int, name: str, fid: str) -> Any:
+        full.append((tid, attempt, name, fid))
+        return (until[0], lambda t, start: quick.append(t)) if attempt == 0 else None
+
+    assert _ray_internals.gate_task_functions(before, lambda: None)
+    w = ray._private.worker.global_worker
+    FunctionActorManager.get_execution_info(None, None, Descriptor("f00d"))  # Ray's first look
+    for n in range(3):
+        w.record_task_log_start(_TaskId(n), 0)
+    current["name"] = "grow-2"  # options(name=...)
+    w.record_task_log_start(_TaskId(3), 0)
+    w.record_task_log_start(_TaskId(4), 1)  # a retry
+    until[0] = 0.0  # tickets out of date at once
+    w.record_task_log_start(_TaskId(5), 0)
+    w.record_task_log_start(_TaskId(6), 0)
+    until[0] = time.time() + 60
+    w.record_task_log_start(_TaskId(7), 0)
+    w.record_task_log_start(_TaskId(8), 0)
+    assert started == list(range(9))  # Ray's own record, every time
+    assert [int(t[:40], 16) for t, *_ in full] == [0, 3, 4, 5, 6, 7]
+    assert [int(t[:40], 16) for t in quick] == [1, 2, 8]
+    assert full[0][2:] == ("grow", "f00d") and full[1][2] == "grow-2"
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:

@@ -91,6 +91,16 @@ def test_the_adapter_names_the_ray_version_it_was_written_for() -> None:
     assert len(private_uses(ADAPTER.read_text())) >= 5
 
 
+def test_the_adapter_finds_the_ray_internals_it_shortcuts() -> None:
+    """The hook points whose absence would only make raydbg slower, not fail: their shape
+    in the installed Ray (an upgrade that moves them shows here, not as lost throughput)."""
+    from raydbg import _ray_internals
+
+    untraced = _ray_internals._untraced_remote()
+    assert untraced is not None, "RemoteFunction._remote is no longer auto-init(tracing(_remote))"
+    assert untraced.__code__.co_filename.endswith("ray/remote_function.py")
+
+
 @pytest.mark.parametrize(
     "source",
     [

@@ -141,12 +141,13 @@ def record_call(
     max_retries: int,
     function_max_retries: int,
     name: str,
-) -> None:
+) -> bool:
     """What the submit hook does per call: nothing beyond the function's default, unless
-    this call's budget differs from it (then with the caller, for the policy's groups)."""
+    this call's budget differs from it (then with the caller, for the policy's groups).
+    True when it is the default: nothing recorded for this call."""
     default = function_default(task_id_hex[-8:], function_id_hex, function_max_retries)
     if max_retries == default:
-        return
+        return True
     parent = _current_task_hex()
     if 0 <= max_retries < default or default < 0 <= max_retries:
         # Fewer retries than the default says: must be readable before the task can grow.
@@ -156,6 +157,7 @@ def record_call(
         )  # fmt: skip
     else:
         record(task_id_hex, max_retries, name, parent)
+    return False
 
 
 def _ensure_flusher() -> None:
@@ -200,17 +202,20 @@ def flush(timeout: float = 5.0) -> bool:
 def after_submit(
     result: Any, function_id: str, function_options: dict[str, Any],
     call_options: dict[str, Any], function_name: str,
-) -> None:
+) -> bool:
     """What the submit hook does for one `.remote()` (`call_options`: the call's task
-    options merged over the function's); never raises."""
+    options merged over the function's); never raises. True when the call's budget is
+    its function's recorded default, so later calls with the same `max_retries` option
+    need no look (RAY_TASK_MAX_RETRIES, which an unset option means, is read once)."""
     try:
         tid = task_id_of(result)
         if tid is not None:
             name = call_options.get("name") or function_name
             default = effective_max_retries(function_options)
-            record_call(tid, function_id, effective_max_retries(call_options), default, str(name))
+            return record_call(tid, function_id, effective_max_retries(call_options), default, str(name))
     except Exception as e:
         log.debug("raydbg: budget not recorded: %s", e)
+    return False
 
 
 def install_submit_hook() -> bool:

@@ -234,23 +234,35 @@ def hold(pressure: str, max_hold_s: float, on_hold: Callable[[], None]) -> float
     return wait_until(lambda: fits(0), max_hold_s, on_hold)
 
 
-def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -> None:
+# What before_task hands the wrapper for the tasks that follow (see before_task).
+Quick = tuple[float, Callable[[str, float], None]]
+
+
+def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -> Quick | None:
     """The gate itself, for attempt `attempt` of task `tid` (hex) named `name` (the process
     title's: options(name=...) and Ray Data's operator names differ from the function's);
-    never raises (a broken gate must not break the task)."""
+    never raises (a broken gate must not break the task).
+
+    In the common case (a first attempt of a function not learned to be big, the pressure
+    flag seen down) it returns (until, write): until that time.time(), first attempts of
+    the same function and name may skip this and only `write(task id, start)` their record.
+    Each step before a task costs a busy worker 1-2 us (cold: measured), so that quick path
+    is a few steps in the wrapper itself (_ray_internals.gate_task_functions)."""
     s = settings.current()
     if s.monitor == "off":
-        return
+        return None
     release()  # an earlier task that ended without after_task (never seen; cheap)
     try:
         record = node_files.record()
         static = _static(name, tid[-8:], function_id) if tid else ""
         if attempt == 0 and not under_pressure() and not _peak(function_id)[0]:
-            # The common case, kept short: it runs before every task, where each step is
-            # cold (1-2 us a call in a busy worker, measured).
-            if tid:
-                record.write_static(tid, 0, static)
-            return
+            if not tid:
+                return None
+            record.write_static(tid, 0, static)
+            calm_s = _flag_down_until - time.monotonic()
+            if calm_s <= 0 or len(tid) != node_files.TASK_ID_LEN:
+                return None
+            return time.time() + calm_s, record.quick_writer()
         held = [False]
 
         def note(now_held: bool) -> None:
@@ -295,13 +307,14 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
                 )  # fmt: skip
                 why = f"until the {peak >> 20} MiB its function's tasks reach on this node fit"
             elif not pressure:
-                return
+                return None
         if held[0]:
             note(False)
         if waited > 0.05:
             print(f"raydbg: task start held {waited:.1f}s {why}", file=sys.stderr, flush=True)
     except Exception as e:
         log.debug("raydbg memory gate skipped: %s", e)
+    return None
 
 
 def after_task() -> None:

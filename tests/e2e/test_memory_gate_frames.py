@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,6 +62,15 @@ def test_the_gate_ran_but_left_no_frame_in_the_stack_or_the_traceback(
     text = str(raised.value)
     assert "boom from the task" in text and "fails" in text
     assert OURS not in text, text
+
+
+def test_each_task_start_names_its_own_task_in_the_record(cluster: tuple[Cluster, Any]) -> None:
+    """Tasks in a row: after a worker's first, the gate's quick path writes the record."""
+    for _ in range(30):
+        before = time.time()
+        _, rec, tid = ray.get(where.remote(), timeout=60)
+        assert (rec["task_id"], rec["attempt"], rec["held"], rec["name"]) == (tid, 0, False, "where")
+        assert before - 1 < rec["start"] < time.time()
 
 
 def test_a_paused_task_shows_no_raydbg_frame_through_the_gateway(
