@@ -5,8 +5,8 @@ Why: GCS task events reach GCS about a second after a task starts (Ray batches
 them), and a task growing at 1 GB/s can fill a node within that second; a busy
 worker GCS does not know yet would count as unknown (non-retriable) and could not
 be marked for the start gate. The start gate (start_gate.py) already runs at every task
-start, so it rewrites one small file per worker: one `pwrite` on a file it keeps
-open (a few us; a new file + rename per task cost ~100x that, measured).
+start, so it rewrites one small file per worker, which it keeps mapped: a copy into
+memory, no system call (a new file + rename per task cost ~100x that, measured).
 
 The pressure flag `pressure-<node_id>`: the monitor keeps it while the node is above
 the gate's high mark or its growth will take it there within a short horizon (content:

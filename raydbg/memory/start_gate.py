@@ -17,10 +17,12 @@ peak) until it returns, so tasks starting together do not count the same free ro
 twice; the monitor reads that reservation as the task's expected peak. While held,
 the task's local record says so and the monitor leaves it alone.
 
-Cost: this runs before every task, so the common case is one `stat` of the node's
-pressure flag (the monitor keeps it while the node is above the high mark), one dict
-lookup of the function's learned peak and one `pwrite` of the local record; memory is
-read only while the flag is up or for a function learned to be big.
+Cost: this runs before every task, so the common case is short: a full check (one
+`stat` of the node's pressure flag, which the monitor keeps while the node is above the
+high mark, a dict lookup of the function's learned peak, the local record written) at
+most every FLAG_RECHECK_S, and in between, for tasks of the same function and name, the
+record's task id and start rewritten in place by the wrapper (before_task's ticket).
+Memory is read only while the flag is up or for a function learned to be big.
 
 `install()` (raydbg's worker setup hook) makes Ray's task executor call `before_task`
 and `after_task` around every plain or generator task function (not actor methods,
