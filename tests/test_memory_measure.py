@@ -15,8 +15,10 @@ from raydbg.memory.measure import (
     Roots,
     parse_proc_cgroup,
     parse_psi,
+    parse_stat,
+    read_proc,
+    scan,
 )
-from raydbg.memory.procs import parse_stat, read_proc, scan
 
 GiB = 1 << 30
 MiB = 1 << 20

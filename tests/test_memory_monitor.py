@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from raydbg.memory.identity import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
-from raydbg.memory.measure import NodeMemory, Roots
+from raydbg.memory.measure import NodeMemory, ProcMem, Roots
 from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
-from raydbg.memory.procs import ProcMem
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -2,13 +2,13 @@
 
 The life of a kill, top to bottom (one module each):
   settings.py    every setting, read once; the marks (threshold, high, low)
-  measure.py     node memory as the kernel judges it (cgroup v2/v1, /proc/meminfo);
-                 procs.py and gpu.py: per process (USS, NVML)
+  measure.py     node memory as the kernel judges it (cgroup v2/v1, /proc/meminfo),
+                 and each process's (RssAnon, USS); gpu.py: NVML
   identity.py    pid -> task or actor, caller, retry budget, function (Ray + node files)
   learn.py       what each function's tasks reach on this node (the one table of peaks)
   policy.py      pure: snapshot -> victims, each with its reason
   monitor.py     the loop: measure, decide, kill (killer.py: the right process), record
-  events.py      the kill event that explains each victim
+  events.py      the kill event that explains each victim; the monitor's metrics
   start_gate.py  worker side: hold a task's start until the memory it will need fits
   node_files.py  the files the workers and the monitor share on a node
   budgets.py     retry budgets and kill records in GCS KV

@@ -20,9 +20,8 @@ from typing import Any, Protocol
 
 from raydbg import _ray_internals
 from raydbg.memory import node_files
-from raydbg.memory.measure import Roots
+from raydbg.memory.measure import ProcMem, Roots
 from raydbg.memory.policy import ACTOR, IDLE, TASK, Candidate
-from raydbg.memory.procs import ProcMem
 
 # Ray processes that are not workers running user code: never candidates.
 SYSTEM_TITLES = frozenset(

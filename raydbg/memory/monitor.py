@@ -19,11 +19,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from raydbg.memory import node_files, settings
-from raydbg.memory.events import kill_event
+from raydbg.memory.events import Metrics, kill_event
 from raydbg.memory.identity import titles
 from raydbg.memory.learn import PeakLearner, peaks_path
-from raydbg.memory.measure import NodeMeasurer, NodeMemory, Roots
-from raydbg.memory.metrics import Metrics
+from raydbg.memory.measure import NodeMeasurer, NodeMemory, ProcMem, Roots, scan
 from raydbg.memory.policy import (
     Candidate,
     Decision,
@@ -34,7 +33,6 @@ from raydbg.memory.policy import (
     threshold_bytes,
     trigger_of,
 )
-from raydbg.memory.procs import ProcMem, scan
 from raydbg.memory.settings import Settings
 
 log = logging.getLogger("raydbg.memory")

@@ -327,8 +327,7 @@ def test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets(cluster: s
     import threading
 
     from raydbg.memory.identity import GcsView, Resolver
-    from raydbg.memory.measure import NodeMeasurer
-    from raydbg.memory.procs import scan
+    from raydbg.memory.measure import NodeMeasurer, scan
 
     node_id = ray.get_runtime_context().get_node_id()
     named = ray.remote(max_retries=2)(targets.nap).options(name="Nap Named(x.y)").remote(8)
