@@ -180,8 +180,9 @@ def enable_task_tracing(on_context: Callable[[], object] | None = None) -> None:
     inject_current_context._raydbg = True  # type: ignore[attr-defined]
     propagator.inject_current_context = inject_current_context
     # A task call outside any span skips Ray's tracing wrapper altogether (its quiet path
-    # still cost a busy driver ~15 us a call, measured); the worker runs it plainly.
-    untraced = _untraced_remote()
+    # still cost a busy driver ~15 us a call, measured); the worker runs it plainly. Not
+    # when the cluster's own tracing hook turned the flag on: that makes root spans there.
+    untraced = _untraced_remote() if isinstance(th._opentelemetry, _OtelProxy) else None
     if untraced is not None:
         _submit["untraced"] = untraced
         _wrap_remote()
