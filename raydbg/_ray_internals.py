@@ -403,7 +403,7 @@ def _function_key(descriptor: Any) -> str:
 
 
 def gate_task_functions(
-    before: Callable[[str, int, str, str], tuple[float, Callable[[str, float], None]] | None],
+    before: Callable[[str, int, str, str], tuple[float, Callable[[bytes], object]] | None],
     after: Callable[[], None],
 ) -> bool:
     """Call `before(task id hex, attempt, task name, function id)` before every normal sync
@@ -412,7 +412,7 @@ def gate_task_functions(
     the hook points.
 
     When `before` returns (until, write), first attempts of the same function and task
-    name that start before `until` (time.time()) only call `write(task id hex, start)`."""
+    name that start before `until` (time.time()) only call `write(task id hex, ASCII)`."""
     import inspect
 
     import ray
@@ -468,7 +468,7 @@ def gate_task_functions(
                 if attempt_number == 0 and key == quick[0] and t < quick[2]:
                     name = task_name() or ""
                     if name == quick[1]:
-                        quick[3](task_id.hex(), t)
+                        quick[3](task_id.hex().encode())
                         start(task_id, attempt_number)
                         return
                 quick[2] = 0.0

@@ -552,10 +552,10 @@ def test_before_task_hands_out_a_quick_path_only_when_calm(
     until, write = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
     assert time.time() < until <= time.time() + start_gate.FLAG_RECHECK_S
     other = TID[:-12] + "ab" * 2 + TID[-8:]
-    write(other, 1764757200.25)  # what the wrapper does for the next such task
+    write(other.encode())  # what the wrapper does for the next such task
     rec = node_files.read_running([os.getpid()])[os.getpid()]
-    assert (rec["task_id"], rec["start"], rec["attempt"], rec["held"], rec["fn"], rec["name"]) == (
-        other, 1764757200.25, 0, False, "f00d", "grow")
+    assert (rec["task_id"], rec["attempt"], rec["held"], rec["fn"], rec["name"]) == (
+        other, 0, False, "f00d", "grow")
     assert start_gate.before_task(TID, 1, "grow", "f00d") is None  # a retry: always the full gate
     assert start_gate.before_task("t1", 0, "grow", "f00d") is None  # not a Ray task id
     node_files.set_flag(node_files.flag_path("n1", tmp_path), True, "1 2 trend")
@@ -621,7 +621,7 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
 
     def before(tid: str, attempt: int, name: str, fid: str) -> Any:
         full.append((tid, attempt, name, fid))
-        return (until[0], lambda t, start: quick.append(t)) if attempt == 0 else None
+        return (until[0], lambda t: quick.append(t.decode())) if attempt == 0 else None
 
     assert _ray_internals.gate_task_functions(before, lambda: None)
     w = ray._private.worker.global_worker

@@ -525,6 +525,13 @@ def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
     # GCS caught up with pid 10: no duplicate from the local record.
     gcs2 = [TaskRow("new", 1, "f", "j", "caller", 10, "n", 200.1)]
     assert [t.task_id for t in merge_local(gcs2, {10: recs[10]}, titles, "n")] == ["new"]
+    # The worker's previous task, started just before (GCS still lists it as running):
+    # the record names the one running now.
+    gcs3 = [TaskRow("prev", 0, "f", "j", "caller", 10, "n", 199.9)]
+    assert [t.task_id for t in merge_local(gcs3, {10: recs[10]}, titles, "n")] == ["prev", "new"]
+    # GCS already knows a later task of that worker: the record is stale.
+    gcs4 = [TaskRow("later", 0, "f", "j", "caller", 10, "n", 201.0)]
+    assert [t.task_id for t in merge_local(gcs4, {10: recs[10]}, titles, "n")] == ["later"]
 
 
 class FreshView(BrokenView):

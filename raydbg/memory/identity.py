@@ -286,8 +286,11 @@ def merge_local(
         if title == "IDLE" or not node_files.matches_title(str(r.get("name", "")), title):
             continue  # stale: the worker has moved on to something else
         g = newest.get(pid)
-        if g is not None and (g.task_id == r.get("task_id") or g.start_time >= r["start"] - 0.5):
+        if g is not None and g.task_id == r.get("task_id"):
             continue  # GCS knows it (and knows the caller)
+        if g is not None and g.start_time > r["start"] + 0.5:
+            continue  # GCS knows a later task of this worker: the record is stale
+        # (The record's start may be up to a gate ticket old: _ray_internals.gate_task_functions.)
         out.append(
             TaskRow(
                 str(r["task_id"]), int(r["attempt"]), str(r.get("name", "")),

@@ -237,7 +237,7 @@ def hold(pressure: str, max_hold_s: float, on_hold: Callable[[], None]) -> float
 
 
 # What before_task hands the wrapper for the tasks that follow (see before_task).
-Quick = tuple[float, Callable[[str, float], None]]
+Quick = tuple[float, Callable[[bytes], object]]
 
 
 def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -> Quick | None:
@@ -247,7 +247,7 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
 
     In the common case (a first attempt of a function not learned to be big, the pressure
     flag seen down) it returns (until, write): until that time.time(), first attempts of
-    the same function and name may skip this and only `write(task id, start)` their record.
+    the same function and name may skip this and only `write(task id)` into their record.
     Each step before a task costs a busy worker 1-2 us (cold: measured), so that quick path
     is a few steps in the wrapper itself (_ray_internals.gate_task_functions)."""
     s = settings.current()
