@@ -21,7 +21,7 @@ Cost: this runs before every task, so the common case is short: a full check (on
 `stat` of the node's pressure flag, which the monitor keeps while the node is above the
 high mark, a dict lookup of the function's learned peak, the local record written) at
 most every FLAG_RECHECK_S, and in between, for tasks of the same function and name, the
-record's task id and start rewritten in place by the wrapper (before_task's ticket).
+record's task id rewritten in place by the wrapper (before_task's ticket).
 Memory is read only while the flag is up or for a function learned to be big.
 
 `install()` (raydbg's worker setup hook) makes Ray's task executor call `before_task`
