@@ -581,8 +581,6 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     import ray
     from ray._private.function_manager import FunctionActorManager
 
-    from raydbg import _ray_internals
-
     current = {"fn": "m.grow", "name": "grow"}
     started: list[int] = []
 

@@ -32,7 +32,7 @@ import threading
 import time
 from typing import Any
 
-from raydbg import _ray_internals
+from raydbg import _ray_internals, registry
 from raydbg.config import NAMESPACE
 
 log = logging.getLogger("raydbg.memory")
@@ -228,10 +228,7 @@ def uninstall_submit_hook() -> None:
 
 
 def _multi_get(keys: list[str]) -> dict[str, bytes]:
-    if not keys:
-        return {}
-    raw = _gcs().internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=_TIMEOUT)
-    return {(k.decode() if isinstance(k, bytes) else k): bytes(v) for k, v in raw.items() if v}
+    return registry.multi_get(keys, _gcs(), _TIMEOUT)
 
 
 def lookup(
