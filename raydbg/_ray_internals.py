@@ -398,12 +398,17 @@ def _function_key(descriptor: Any) -> str:
     descriptor's call string, module and the last part of the qualified name
     (`m.driver.<locals>.grow` -> `m.grow`, measured)."""
     cls = getattr(descriptor, "class_name", "") or ""
-    name = str(descriptor.function_name).rsplit(".", 1)[-1]
-    return f"{descriptor.module_name}.{cls + '.' if cls else ''}{name}"
+    return f"{descriptor.module_name}.{cls + '.' if cls else ''}{_default_task_name(descriptor)}"
+
+
+def _default_task_name(descriptor: Any) -> str:
+    """The name Ray gives a task of this function without options(name=...) (measured:
+    the last part of the qualified name)."""
+    return str(descriptor.function_name).rsplit(".", 1)[-1]
 
 
 def gate_task_functions(
-    before: Callable[[str, int, str, str], tuple[float, Callable[[bytes], object]] | None],
+    before: Callable[[str, int, str, str], tuple[float, Callable[[bytes], object], Any] | None],
     after: Callable[[], None],
 ) -> bool:
     """Call `before(task id hex, attempt, task name, function id)` before every normal sync
@@ -411,8 +416,16 @@ def gate_task_functions(
     (returned, raised, or its generator ran out); idempotent; False when this Ray lacks
     the hook points.
 
-    When `before` returns (until, write), first attempts of the same function and task
-    name that start before `until` (time.time()) only call `write(task id hex, ASCII)`."""
+    When `before` returns (until, write, flag), first attempts of the same function and
+    task name that start before `until` (time.time()) while `flag[0]` is 0 only call
+    `write(task id hex, ASCII)`.
+    "The same function" is taken from the task's name alone where that name has named one
+    function only: the name is one function's default name, or a name the full path saw on
+    one function only (the function-name getter costs a busy worker ~11 us, the name's ~1,
+    measured). A function newly loaded here sends its first task down the full path, which
+    sees a custom name shared with another function; tasks of two functions sharing a
+    custom name that no full path has seen yet can take the other's ticket (its record
+    then names the other function) until the full path sees them."""
     import inspect
 
     import ray
@@ -429,6 +442,15 @@ def gate_task_functions(
     # function key -> function id of the functions we gate; "" when two functions share
     # a key (two nested `grow`s of one module): those go ungated rather than mixed up.
     gated: dict[str, str] = {}
+    # task name -> the one function key seen with it; "" once two were.
+    named: dict[str, str] = {}
+    # The last full call's function key, task name, what `before` returned for it (until,
+    # write, flag), and whether the name alone stands for the function.
+    quick: list[Any] = ["", "", 0.0, None, b"\1", False]
+
+    def learn(names: dict[str, str], name: str, key: str) -> None:
+        names[name] = key if names.get(name, key) == key else ""
+
     lookup = FunctionActorManager.get_execution_info
     if not getattr(lookup, "_raydbg", False):
 
@@ -436,12 +458,13 @@ def gate_task_functions(
         def get_execution_info(self: Any, job_id: Any, descriptor: Any) -> Any:
             info = lookup(self, job_id, descriptor)
             try:
-                fn = info.function
-                if not descriptor.is_actor_method() and not (
-                    inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)
-                ):
-                    key, fid = _function_key(descriptor), descriptor.function_id.hex()
-                    gated[key] = fid if gated.get(key, fid) == fid else ""
+                if not descriptor.is_actor_method():
+                    key = _function_key(descriptor)
+                    learn(named, _default_task_name(descriptor), key)
+                    quick[2] = 0.0  # a function new here: its first task takes the full path
+                    fn = info.function
+                    if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
+                        learn(gated, key, descriptor.function_id.hex())
             except Exception:
                 pass
             return info
@@ -457,28 +480,28 @@ def gate_task_functions(
         core.get_current_task_function_name, core.get_current_task_name, worker.actors, time.time,
     )  # fmt: skip
     running = [False]
-    # The last full call's function key and task name, and what `before` returned for it.
-    quick: list[Any] = ["", "", 0.0, None]
 
     def record_task_log_start(task_id: Any, attempt_number: int) -> None:
         try:  # never the reason a task fails
             if gated and not actors:
-                key = function_name() or ""
-                t = now()
-                if attempt_number == 0 and key == quick[0] and t < quick[2]:
-                    name = task_name() or ""
-                    if name == quick[1]:
-                        quick[3](task_id.hex().encode())
-                        start(task_id, attempt_number)
-                        return
+                name = task_name() or ""
+                if (
+                    attempt_number == 0 and name == quick[1] and not quick[4][0]
+                    and now() < quick[2] and (quick[5] or function_name() == quick[0])
+                ):  # fmt: skip
+                    quick[3](task_id.hex().encode())
+                    start(task_id, attempt_number)
+                    return
                 quick[2] = 0.0
+                key = function_name() or ""
+                if name in named or len(named) < 1000:  # not names made per call, unbounded
+                    learn(named, name, key)
                 fid = gated.get(key)
                 if fid:
                     running[0] = True
-                    name = task_name() or ""
                     ticket = before(task_id.hex(), int(attempt_number), name, fid)
                     if ticket is not None:
-                        quick[:] = [key, name, ticket[0], ticket[1]]
+                        quick[:] = [key, name, *ticket, named.get(name) == key]
         except Exception:
             pass
         start(task_id, attempt_number)

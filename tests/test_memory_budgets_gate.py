@@ -65,6 +65,7 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
     (tmp_path / "run").mkdir(mode=0o700)  # private, as raydbg requires of a run dir
     monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)  # no flag seen yet
+    monkeypatch.setattr(start_gate, "_flag_view", None)
     return tmp_path / "run"
 
 
@@ -514,7 +515,7 @@ def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.Monke
     start_gate.before_task(TID, 0)
 
 
-def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
+def test_before_task_reads_one_byte_of_the_mapped_flag_while_it_is_down(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     from raydbg.memory import node_files
@@ -524,22 +525,45 @@ def test_before_task_costs_a_stat_when_the_pressure_flag_is_down(
     monkeypatch.setattr(
         start_gate, "node_memory", lambda: pytest.fail("memory read without the flag")
     )
-    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
-    start_gate.before_task(TID, 0, "grow", "f00d")
+    start_gate.before_task(TID, 0, "grow", "f00d")  # no monitor yet: no flag, counts as down
     rec = node_files.read_running([os.getpid()])[os.getpid()]
     assert (rec["fn"], rec["held"]) == ("f00d", False)
-    # Seen down: the next starts within FLAG_RECHECK_S cost no stat at all.
-    with monkeypatch.context() as m:
-        m.setattr(node_files, "flag_up", lambda path: pytest.fail("stat within the recheck time"))
+    with monkeypatch.context() as m:  # looked for at most once per FLAG_RECHECK_S
+        m.setattr(node_files, "map_flag", lambda path: pytest.fail("looked within the recheck time"))
         start_gate.before_task(TID, 0, "grow", "f00d")
+    node_files.set_flag(flag, False)  # the monitor started
     monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)  # the recheck time is over
-    node_files.set_flag(flag, True, "x")  # the monitor: above the high mark
-    monkeypatch.setattr(start_gate, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
-    monkeypatch.setattr(start_gate, "wait_until", lambda ok, hold, on_hold: 0.2)
     start_gate.before_task(TID, 0, "grow", "f00d")
-    os.utime(flag, (1, 1))  # a flag left by a monitor that died: ignored
+    assert start_gate._flag_view is not None  # mapped from now on
+    with monkeypatch.context() as m:  # down: one byte of shared memory, no file read
+        m.setattr(node_files, "_read_flag", lambda path: pytest.fail("flag file read while down"))
+        start_gate.before_task(TID, 0, "grow", "f00d")
+    node_files.set_flag(flag, True, "x")  # the monitor: above the high mark; seen at once
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (int(3.9 * GiB), 4 * GiB))
+    held: list[float] = []
+    monkeypatch.setattr(start_gate, "wait_until", lambda ok, hold, on_hold: held.append(hold) or 0.2)
+    start_gate.before_task(TID, 0, "grow", "f00d")
+    assert held
+    flag.write_bytes(b"1 1.000 1 2 memory".ljust(node_files.FLAG_SIZE))  # a monitor that died with it up
     monkeypatch.setattr(start_gate, "node_memory", lambda: pytest.fail("stale flag trusted"))
     start_gate.before_task(TID, 0, "grow", "f00d")
+
+
+def test_the_flag_keeps_its_size_and_file(tmp_path: Path) -> None:
+    """Workers keep the flag mapped: the monitor rewrites it in place, never shorter."""
+    from raydbg.memory import node_files
+
+    flag = node_files.flag_path("n1", tmp_path)
+    assert node_files.map_flag(flag) is None and not node_files.flag_up(flag)
+    node_files.set_flag(flag, False)
+    view, inode = node_files.map_flag(flag), flag.stat().st_ino
+    assert view is not None and view[0] == 0
+    node_files.set_flag(flag, True, "1 2 trend")
+    assert view[0] and node_files.flag_reason(flag) == "trend"
+    node_files.set_flag(flag, True, "1 2 " + "m" * 200)  # too long: cut, not grown
+    node_files.set_flag(flag, False)
+    assert view[0] == 0 and not node_files.flag_up(flag) and node_files.flag_reason(flag) == ""
+    assert (flag.stat().st_ino, flag.stat().st_size) == (inode, node_files.FLAG_SIZE)
 
 
 def test_before_task_hands_out_a_quick_path_only_when_calm(
@@ -547,10 +571,11 @@ def test_before_task_hands_out_a_quick_path_only_when_calm(
 ) -> None:
     from raydbg.memory import node_files
 
-    monkeypatch.setattr(start_gate, "_flag", node_files.flag_path("n1", tmp_path))
-    monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
-    until, write = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
-    assert time.time() < until <= time.time() + start_gate.FLAG_RECHECK_S
+    flag = node_files.flag_path("n1", tmp_path)
+    monkeypatch.setattr(start_gate, "_flag", flag)
+    # No monitor yet: a ticket as long as the flag counts as down, with a flag that stays so.
+    until, write, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
+    assert time.time() < until <= time.time() + start_gate.FLAG_RECHECK_S and not seen[0]
     other = TID[:-12] + "ab" * 2 + TID[-8:]
     write(other.encode())  # what the wrapper does for the next such task
     rec = node_files.read_running([os.getpid()])[os.getpid()]
@@ -558,8 +583,14 @@ def test_before_task_hands_out_a_quick_path_only_when_calm(
         other, 0, False, "f00d", "grow")
     assert start_gate.before_task(TID, 1, "grow", "f00d") is None  # a retry: always the full gate
     assert start_gate.before_task("t1", 0, "grow", "f00d") is None  # not a Ray task id
-    node_files.set_flag(node_files.flag_path("n1", tmp_path), True, "1 2 trend")
+    # The monitor's flag: a ticket of TICKET_S whose flag is the mapped one, up at once.
+    node_files.set_flag(flag, False)
     monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
+    until, write, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
+    assert time.time() + start_gate.FLAG_RECHECK_S < until <= time.time() + start_gate.TICKET_S
+    assert not seen[0]
+    node_files.set_flag(flag, True, "1 2 trend")
+    assert seen[0]  # the wrapper's next look sees it: no quick path from here
     monkeypatch.setattr(start_gate, "wait_until", lambda ok, hold, on_hold: 0.0)
     assert start_gate.before_task(TID, 0, "grow", "f00d") is None  # pressure: no quick path
 
@@ -576,16 +607,19 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """_ray_internals.gate_task_functions against a stand-in for Ray's worker: `before` runs
-    for a first task, a new function or name, a retry and once its ticket ran out; else
-    only the ticket's writer."""
+    for a first task, a new function or name, a retry, once its ticket ran out or while
+    the flag is up; else only the ticket's writer. The function-name getter (the costly
+    one) runs on the full path only, and on the quick path of a name two functions share."""
     import ray
     from ray._private.function_manager import FunctionActorManager
 
     current = {"fn": "m.grow", "name": "grow"}
     started: list[int] = []
+    getter_calls = [0]
 
     class Core:
         def get_current_task_function_name(self) -> str:
+            getter_calls[0] += 1
             return current["fn"]
 
         def get_current_task_name(self) -> str:
@@ -602,10 +636,11 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
             pass
 
     class Descriptor:
-        module_name, class_name, function_name = "m", "", "grow"
+        module_name, class_name = "m", ""
 
-        def __init__(self, fid: str) -> None:
+        def __init__(self, fid: str, name: str) -> None:
             self.function_id = type("Id", (), {"hex": lambda _: fid})()
+            self.function_name = name
 
         def is_actor_method(self) -> bool:
             return False
@@ -616,16 +651,18 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     full: list[tuple[str, int, str, str]] = []
     quick: list[str] = []
     until = [time.time() + 60]
+    flag = bytearray(1)  # the node's pressure flag, as the gate maps it: 0 while down
 
     def before(tid: str, attempt: int, name: str, fid: str) -> Any:
         full.append((tid, attempt, name, fid))
-        return (until[0], lambda t: quick.append(t.decode())) if attempt == 0 else None
+        return (until[0], lambda t: quick.append(t.decode()), flag) if attempt == 0 else None
 
     assert _ray_internals.gate_task_functions(before, lambda: None)
     w = ray._private.worker.global_worker
-    FunctionActorManager.get_execution_info(None, None, Descriptor("f00d"))  # Ray's first look
+    FunctionActorManager.get_execution_info(None, None, Descriptor("f00d", "grow"))  # Ray's first look
     for n in range(3):
         w.record_task_log_start(_TaskId(n), 0)
+    assert getter_calls == [1]  # the default name alone stood for the function
     current["name"] = "grow-2"  # options(name=...)
     w.record_task_log_start(_TaskId(3), 0)
     w.record_task_log_start(_TaskId(4), 1)  # a retry
@@ -635,10 +672,24 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     until[0] = time.time() + 60
     w.record_task_log_start(_TaskId(7), 0)
     w.record_task_log_start(_TaskId(8), 0)
-    assert started == list(range(9))  # Ray's own record, every time
-    assert [int(t[:40], 16) for t, *_ in full] == [0, 3, 4, 5, 6, 7]
-    assert [int(t[:40], 16) for t in quick] == [1, 2, 8]
+    flag[0] = ord("1")  # the monitor raised the flag
+    w.record_task_log_start(_TaskId(9), 0)
+    flag[0] = 0
+    w.record_task_log_start(_TaskId(10), 0)
+    # A second function, called with the first one's default name: its first task here
+    # takes the full path, which finds the name shared; from then on the name alone is
+    # not enough.
+    FunctionActorManager.get_execution_info(None, None, Descriptor("beef", "shrink"))
+    current.update(fn="m.shrink", name="grow")
+    w.record_task_log_start(_TaskId(11), 0)
+    w.record_task_log_start(_TaskId(12), 0)
+    current["fn"] = "m.grow"
+    w.record_task_log_start(_TaskId(13), 0)
+    assert started == list(range(14))  # Ray's own record, every time
+    assert [int(t[:40], 16) for t, *_ in full] == [0, 3, 4, 5, 6, 7, 9, 11, 13]
+    assert [int(t[:40], 16) for t in quick] == [1, 2, 8, 10, 12]
     assert full[0][2:] == ("grow", "f00d") and full[1][2] == "grow-2"
+    assert [f[3] for f in full[-2:]] == ["beef", "f00d"]  # each named for its own function
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:

@@ -156,6 +156,8 @@ class MemoryMonitor:
     # -- the loop -------------------------------------------------------------------
     def run(self) -> None:
         """Poll until `stop()`; the thread that calls it is the monitor."""
+        if self.flag is not None:
+            node_files.set_flag(self.flag, False)  # there to map from the start (start_gate.py)
         while not self._stop.is_set():
             try:
                 delay = self.poll()

@@ -8,10 +8,11 @@ be marked for the start gate. The start gate (start_gate.py) already runs at eve
 start, so it rewrites one small file per worker, which it keeps mapped: a copy into
 memory, no system call (a new file + rename per task cost ~100x that, measured).
 
-The pressure flag `pressure-<node_id>`: the monitor keeps it while the node is above
-the gate's high mark or its growth will take it there within a short horizon (content:
-"used limit memory|trend"), so that a task start normally costs one `stat`, not a
-memory read (start_gate.py).
+The pressure flag `pressure-<node_id>`: up while the node is above the gate's high mark
+or its growth will take it there within a short horizon ("1 <time> used limit
+memory|trend"), zero bytes otherwise. The monitor rewrites it in place, never truncated or
+replaced, so that each worker keeps it mapped and a task start reads one byte of
+shared memory (start_gate.py), not the node's memory.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from raydbg.private_dir import check_private, open_private, private_dir
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
+FLAG_SIZE = 64  # fixed: a reader's map of it never reaches past the end
 FLAG_FRESH_S = 2.0  # an older flag is a monitor that died with it set: ignored
 
 
@@ -184,32 +186,60 @@ def flag_path(node_id: str, directory: Path | None = None) -> Path:
 
 
 def set_flag(path: Path, on: bool, info: str = "") -> None:
-    """The monitor's side: keep the flag fresh while `on`, remove it otherwise."""
+    """The monitor's side: "1 <time> <info>" while `on` (rewritten each poll: fresh),
+    zero bytes once down; in place, the same size every time (workers keep it mapped)."""
+    data = f"1 {time.time():.3f} {info}".encode()[:FLAG_SIZE].ljust(FLAG_SIZE) if on else bytes(FLAG_SIZE)
     try:
-        if on:
-            ensure_run_dir(path.parent)
-            write_file(path, info)
-        else:
-            path.unlink(missing_ok=True)
+        ensure_run_dir(path.parent)
+        fd = open_private(path, os.O_RDWR | os.O_CREAT)
+        try:
+            os.pwrite(fd, data, 0)
+        finally:
+            os.close(fd)
     except OSError:
         pass
 
 
-def flag_up(path: Path | str) -> bool:
-    """The gate's side: one stat."""
+def _read_flag(path: Path | str) -> list[str]:
+    """The flag's words while it is up and fresh, else []."""
     try:
-        return time.time() - os.stat(path).st_mtime < FLAG_FRESH_S
-    except OSError:
-        return False
+        fd = open_private(path, os.O_RDONLY)
+        try:
+            words = os.read(fd, FLAG_SIZE).decode(errors="replace").split()
+        finally:
+            os.close(fd)
+        if words[:1] == ["1"] and time.time() - float(words[1]) < FLAG_FRESH_S:
+            return words
+    except (OSError, IndexError, ValueError):
+        pass
+    return []
+
+
+def flag_up(path: Path | str) -> bool:
+    return bool(_read_flag(path))
 
 
 def flag_reason(path: Path | str) -> str:
     """Why the flag is up: "memory" (above the high mark) or "trend" (heading there)."""
+    words = _read_flag(path)
+    return (words[-1] if len(words) > 2 else "memory") if words else ""
+
+
+def map_flag(path: Path | str) -> mmap.mmap | None:
+    """The flag, mapped read-only (its first byte is 0 while down); None until the node's
+    monitor made it."""
     try:
-        with open(path) as f:
-            return f.read(100).rsplit(" ", 1)[-1].strip() or "memory"
+        fd = open_private(path, os.O_RDONLY)
     except OSError:
-        return ""
+        return None
+    try:
+        if os.fstat(fd).st_size < FLAG_SIZE:  # not written yet: a map would fault
+            return None
+        return mmap.mmap(fd, FLAG_SIZE, prot=mmap.PROT_READ)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def reserve(nbytes: int, directory: Path | None = None) -> None:

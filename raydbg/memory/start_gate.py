@@ -17,11 +17,12 @@ peak) until it returns, so tasks starting together do not count the same free ro
 twice; the monitor reads that reservation as the task's expected peak. While held,
 the task's local record says so and the monitor leaves it alone.
 
-Cost: this runs before every task, so the common case is short: a full check (one
-`stat` of the node's pressure flag, which the monitor keeps while the node is above the
-high mark, a dict lookup of the function's learned peak, the local record written) at
-most every FLAG_RECHECK_S, and in between, for tasks of the same function and name, the
-record's task id rewritten in place by the wrapper (before_task's ticket).
+Cost: this runs before every task, so the common case is short: a full check (one byte
+of the node's pressure flag, which the monitor keeps up while the node is above the high
+mark and this worker keeps mapped, a dict lookup of the function's learned peak, the
+local record written) at most every TICKET_S, and in between, for tasks of the same
+function and name while the flag stays down, the record's task id rewritten in place by
+the wrapper (before_task's ticket).
 Memory is read only while the flag is up or for a function learned to be big.
 
 `install()` (raydbg's worker setup hook) makes Ray's task executor call `before_task`
@@ -37,6 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from raydbg.memory import budgets, node_files, settings
 from raydbg.memory.learn import PeakTable, peaks_path
@@ -204,23 +206,33 @@ def _peak(function_id: str) -> tuple[int, bool]:
     return peak, peak > 0 and _peaks.is_complete(function_id)
 
 
-# A flag seen down is trusted this long: the monitor itself refreshes it only every poll
-# (0.25 s), and a stat per start cost a busy worker more than the rest of the gate.
+# Until the node's monitor has made its flag, it counts as down this long between looks
+# (a look costs a busy worker more than the rest of the gate). Once made, the flag is
+# mapped and each start reads its first byte.
 FLAG_RECHECK_S = 0.02
-_flag_down_until = 0.0  # time.monotonic() until which the flag counts as down
+_flag_down_until = 0.0  # time.monotonic() until which the missing flag counts as down
+_flag_view: Any = None  # the flag, mapped (node_files.map_flag)
+# How long the quick path may go on from one full check: the record's start stays that
+# check's (identity.merge_local allows 0.5 s), and a check ~1/ms costs a busy worker ~5 us
+# a task (measured at 20 ms).
+TICKET_S = 0.1
 
 
 def under_pressure() -> str:
     """Why fresh task starts wait now: "memory" (the node is above the high mark),
-    "trend" (the monitor sees it heading there), or "". At most one stat per
-    FLAG_RECHECK_S while the flag is down."""
-    global _flag_down_until
+    "trend" (the monitor sees it heading there), or "". While the flag is down: one byte
+    read from its map, or, until the monitor made it, at most one look per FLAG_RECHECK_S."""
+    global _flag_down_until, _flag_view
     if _flag is not None:
-        now = time.monotonic()
-        if now < _flag_down_until:
-            return ""
-        if not node_files.flag_up(_flag):
-            _flag_down_until = now + FLAG_RECHECK_S
+        if _flag_view is None:
+            now = time.monotonic()
+            if now < _flag_down_until:
+                return ""
+            _flag_view = node_files.map_flag(_flag)
+            if _flag_view is None:
+                _flag_down_until = now + FLAG_RECHECK_S
+                return ""
+        if not _flag_view[0] or not node_files.flag_up(_flag):
             return ""
         if node_files.flag_reason(_flag) == "trend":
             return "trend"
@@ -237,7 +249,8 @@ def hold(pressure: str, max_hold_s: float, on_hold: Callable[[], None]) -> float
 
 
 # What before_task hands the wrapper for the tasks that follow (see before_task).
-Quick = tuple[float, Callable[[bytes], object]]
+Quick = tuple[float, Callable[[bytes], object], Any]
+_NO_FLAG = bytes(1)  # a ticket's flag where the monitor has made none yet: down
 
 
 def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -> Quick | None:
@@ -246,8 +259,9 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
     never raises (a broken gate must not break the task).
 
     In the common case (a first attempt of a function not learned to be big, the pressure
-    flag seen down) it returns (until, write): until that time.time(), first attempts of
-    the same function and name may skip this and only `write(task id)` into their record.
+    flag seen down) it returns (until, write, flag): until that time.time(), first
+    attempts of the same function and name may skip this and only `write(task id)` into
+    their record, while `flag[0]` is 0 (the flag down).
     Each step before a task costs a busy worker 1-2 us (cold: measured), so that quick path
     is a few steps in the wrapper itself (_ray_internals.gate_task_functions)."""
     s = settings.current()
@@ -261,10 +275,14 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
             if not tid:
                 return None
             record.write_static(tid, 0, static)
-            calm_s = _flag_down_until - time.monotonic()
-            if calm_s <= 0 or len(tid) != node_files.TASK_ID_LEN:
+            if len(tid) != node_files.TASK_ID_LEN:
                 return None
-            return time.time() + calm_s, record.quick_writer()
+            if _flag_view is not None:
+                return time.time() + TICKET_S, record.quick_writer(), _flag_view
+            calm_s = _flag_down_until - time.monotonic()
+            if calm_s <= 0:
+                return None
+            return time.time() + calm_s, record.quick_writer(), _NO_FLAG
         held = [False]
 
         def note(now_held: bool) -> None:
