@@ -220,7 +220,7 @@ def run(
     /sys/fs/cgroup/memory, so Ray's monitor (which reads only the root paths) sees the
     limit as it would in a container.
     """
-    from raydbg.memory.sandbox import ChildCgroup
+    from cgroup_sandbox import ChildCgroup
 
     sc = sc or Scenario()
     cmd = [

@@ -46,7 +46,8 @@ def client_for(gcs_address: str) -> Any:
     return _ray_internals.gcs_client(gcs_address)
 
 
-def _gcs() -> Any:
+def client() -> Any:
+    """The GcsClient this process reads and writes raydbg's keys through."""
     if _client is not None:
         return _client
     from ray.experimental import internal_kv
@@ -56,17 +57,17 @@ def _gcs() -> Any:
 
 def put(key: str, value: dict[str, Any] | bytes) -> None:
     data = value if isinstance(value, bytes) else json.dumps(value).encode()
-    _gcs().internal_kv_put(key.encode(), data, True, _NS, timeout=_TIMEOUT)
+    client().internal_kv_put(key.encode(), data, True, _NS, timeout=_TIMEOUT)
 
 
 def put_if_absent(key: str, data: bytes) -> bytes:
     """Store `data` unless the key exists; return what the key holds afterwards."""
-    _gcs().internal_kv_put(key.encode(), data, False, _NS, timeout=_TIMEOUT)
+    client().internal_kv_put(key.encode(), data, False, _NS, timeout=_TIMEOUT)
     return get_bytes(key) or data
 
 
 def get_bytes(key: str, gcs: Any = None) -> bytes | None:
-    raw = (gcs or _gcs()).internal_kv_get(key.encode(), _NS, timeout=_TIMEOUT)
+    raw = (gcs or client()).internal_kv_get(key.encode(), _NS, timeout=_TIMEOUT)
     return bytes(raw) if raw else None
 
 
@@ -87,7 +88,7 @@ def get(key: str, gcs: Any = None) -> dict[str, Any] | None:
 
 
 def delete(key: str) -> None:
-    _gcs().internal_kv_del(key.encode(), False, _NS, timeout=_TIMEOUT)
+    client().internal_kv_del(key.encode(), False, _NS, timeout=_TIMEOUT)
 
 
 def _kind_of(key: str) -> tuple[str | None, str | None]:
@@ -98,7 +99,7 @@ def _kind_of(key: str) -> tuple[str | None, str | None]:
 
 
 def _keys(prefix: str) -> list[bytes]:
-    keys = _gcs().internal_kv_keys(prefix.encode(), _NS, timeout=_TIMEOUT)
+    keys = client().internal_kv_keys(prefix.encode(), _NS, timeout=_TIMEOUT)
     return [bytes(k) for k in keys or []]
 
 
@@ -112,7 +113,7 @@ def multi_get(keys: list[str], gcs: Any = None, timeout: float = _TIMEOUT) -> di
     GcsClient, if given)."""
     if not keys:
         return {}
-    found = (gcs or _gcs()).internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=timeout)
+    found = (gcs or client()).internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=timeout)
     return {(k.decode(errors="replace") if isinstance(k, bytes) else str(k)): bytes(v)
             for k, v in (found or {}).items() if v}
 
@@ -121,7 +122,7 @@ def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
     """The valid records among `keys`; malformed ones are skipped and counted."""
     if not keys:
         return []
-    values = _gcs().internal_kv_multi_get(keys, _NS, timeout=_TIMEOUT)
+    values = client().internal_kv_multi_get(keys, _NS, timeout=_TIMEOUT)
     kind = _KINDS.get(prefix)
     out = []
     for key in keys:

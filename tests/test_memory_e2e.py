@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from raydbg.memory.sandbox import ChildCgroup, SandboxError
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import memory_workload  # noqa: E402
+from cgroup_sandbox import ChildCgroup, SandboxError  # noqa: E402
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 

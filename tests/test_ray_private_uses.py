@@ -101,6 +101,33 @@ def test_the_adapter_finds_the_ray_internals_it_shortcuts() -> None:
     assert untraced.__code__.co_filename.endswith("ray/remote_function.py")
 
 
+def test_a_call_without_arguments_skips_the_signature_check_ray_added_by_tracing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With Ray's tracing on, a function without parameters gets `_ray_trace_ctx`, which
+    costs each of its calls Ray's argument check; raydbg skips it where there is nothing
+    to check, and nowhere else."""
+    import importlib
+    import inspect
+
+    from raydbg import _ray_internals
+
+    sig = importlib.import_module("ray._common.signature")
+    monkeypatch.setattr(sig, "flatten_args", sig.flatten_args)  # undone after the test
+    _ray_internals._drop_context_nobody_takes()
+    ctx = inspect.Parameter("_ray_trace_ctx", inspect.Parameter.KEYWORD_ONLY, default=None)
+    with monkeypatch.context() as m:
+        m.setattr(sig, "validate_args", lambda *a: pytest.fail("checked a call without arguments"))
+        assert sig.flatten_args([ctx], (), {}) == []
+        assert sig.flatten_args([ctx], (), {"_ray_trace_ctx": None}) == []
+    with pytest.raises(TypeError):
+        sig.flatten_args([ctx], (1,), {})  # an argument the function does not take
+    x = inspect.Parameter("x", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    with pytest.raises(TypeError):
+        sig.flatten_args([x, ctx], (), {})  # a missing argument
+    assert sig.flatten_args([x, ctx], (1,), {}) == [sig.DUMMY_TYPE, 1]
+
+
 @pytest.mark.parametrize(
     "source",
     [

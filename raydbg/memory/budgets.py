@@ -47,7 +47,6 @@ _TIMEOUT = 5.0
 _queue: queue.Queue[tuple[str, bytes]] = queue.Queue()
 _flusher: threading.Thread | None = None
 _lock = threading.Lock()
-_gcs_override: Any = None
 # (job, function id) -> the default the KV holds for it (this process's, or an earlier writer's)
 _function_defaults: dict[tuple[str, str], int] = {}
 
@@ -66,18 +65,10 @@ def killed_key(task_id_hex: str) -> str:
 
 
 def use_client(client: Any) -> None:
-    """Read/write through this GcsClient (a process that never called ray.init)."""
-    global _gcs_override
-    _gcs_override = client
+    """Read/write through this GcsClient (a process that never called ray.init): the
+    registry's, so raydbg has one; what was memoized from another client is dropped."""
+    registry.use_client(client)
     _function_defaults.clear()
-
-
-def _gcs() -> Any:
-    if _gcs_override is not None:
-        return _gcs_override
-    from ray.experimental import internal_kv
-
-    return internal_kv.internal_kv_get_gcs_client()
 
 
 def effective_max_retries(task_options: dict[str, Any]) -> int:
@@ -125,7 +116,7 @@ def function_default(job_hex: str, function_id_hex: str, mine: int) -> int:
     if cached is not None:
         return cached
     k = function_key(job_hex, function_id_hex).encode()
-    gcs = _gcs()
+    gcs = registry.client()
     if gcs.internal_kv_put(k, str(mine).encode(), False, _NS, timeout=_TIMEOUT):
         held = mine
     else:
@@ -151,7 +142,7 @@ def record_call(
     parent = _current_task_hex()
     if 0 <= max_retries < default or default < 0 <= max_retries:
         # Fewer retries than the default says: must be readable before the task can grow.
-        _gcs().internal_kv_put(
+        registry.client().internal_kv_put(
             key(task_id_hex).encode(), _value(max_retries, name, parent), True, _NS,
             timeout=_TIMEOUT,
         )  # fmt: skip
@@ -181,7 +172,7 @@ def _flush_loop() -> None:
             except queue.Empty:
                 break
         try:
-            gcs = _gcs()
+            gcs = registry.client()
             for k, v in batch:
                 gcs.internal_kv_put(k.encode(), v, True, _NS, timeout=_TIMEOUT)
         except Exception as e:  # never break submission; those tasks read as unknown
@@ -228,7 +219,7 @@ def uninstall_submit_hook() -> None:
 
 
 def _multi_get(keys: list[str]) -> dict[str, bytes]:
-    return registry.multi_get(keys, _gcs(), _TIMEOUT)
+    return registry.multi_get(keys, timeout=_TIMEOUT)
 
 
 def lookup(
@@ -285,13 +276,13 @@ def mark_killed(task_id_hex: str, kills: int, event_id: str, memory: int = 0) ->
     """The monitor notes a kill (and how big the victim was) so the next attempt can wait
     until that much fits again (see start_gate.py)."""
     value = {"kills": kills, "event": event_id, "memory": memory, "ts": time.time()}
-    _gcs().internal_kv_put(
+    registry.client().internal_kv_put(
         killed_key(task_id_hex).encode(), json.dumps(value).encode(), True, _NS, timeout=_TIMEOUT
     )
 
 
 def prune_job(job_id_hex: str) -> None:
     """Drop a finished job's records (the agent calls this when a job ends)."""
-    gcs = _gcs()
+    gcs = registry.client()
     for prefix in (PREFIX, FUNCTION, KILLED):
         gcs.internal_kv_del(f"{prefix}{job_id_hex}/".encode(), True, _NS, timeout=_TIMEOUT)

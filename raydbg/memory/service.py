@@ -120,8 +120,7 @@ def build(
     from raydbg.memory.identity import GcsView, Resolver
 
     gcs = _ray_internals.gcs_client(gcs_address)
-    registry.use_client(gcs)
-    budgets.use_client(gcs)
+    budgets.use_client(gcs)  # the registry's client too
     state = _ray_internals.gcs_state(gcs_address)
     who = Resolver(
         GcsView(state),
