@@ -417,9 +417,9 @@ def gate_task_functions(
     after: Callable[[], None],
 ) -> bool:
     """Call `before(task id hex, attempt, task name, function id)` before every normal sync
-    task (not actor methods, not async functions) of this worker, `after()` once it ended
-    (returned, raised, or its generator ran out); idempotent; False when this Ray lacks
-    the hook points.
+    task (not actor methods, not async functions) of this worker, and `after()` once such a
+    task ended (returned, raised, or its generator ran out); idempotent; False when this
+    Ray lacks the hook points.
 
     When `before` returns (until, write, flag), first attempts of the same function and
     task name that start before `until` (time.time()) while `flag[0]` is 0 only call
@@ -484,7 +484,6 @@ def gate_task_functions(
     function_name, task_name, actors, now = (
         core.get_current_task_function_name, core.get_current_task_name, worker.actors, time.time,
     )  # fmt: skip
-    running = [False]
 
     def record_task_log_start(task_id: Any, attempt_number: int) -> None:
         try:  # never the reason a task fails
@@ -503,7 +502,9 @@ def gate_task_functions(
                     learn(named, name, key)
                 fid = gated.get(key)
                 if fid:
-                    running[0] = True
+                    if worker.record_task_log_end is not record_task_log_end:  # after() at its end
+                        ends[0] = worker.record_task_log_end
+                        worker.record_task_log_end = record_task_log_end
                     ticket = before(task_id.hex(), int(attempt_number), name, fid)
                     if ticket is not None:
                         quick[:] = [key, name, *ticket, named.get(name) == key]
@@ -511,15 +512,16 @@ def gate_task_functions(
             pass
         start(task_id, attempt_number)
 
+    # Only a task that took the full path ends through raydbg: the others cost no frame.
+    ends = [end]  # what the task's end called before (Ray's, or another tool's wrapper)
+
     def record_task_log_end(task_id: Any, attempt_number: int) -> None:
-        end(task_id, attempt_number)
-        if running[0]:
-            running[0] = False
-            after()
+        worker.record_task_log_end = ends[0]
+        ends[0](task_id, attempt_number)
+        after()
 
     record_task_log_start._raydbg = True  # type: ignore[attr-defined]
     worker.record_task_log_start = record_task_log_start
-    worker.record_task_log_end = record_task_log_end
     return True
 
 

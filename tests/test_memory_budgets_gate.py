@@ -657,35 +657,43 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
         full.append((tid, attempt, name, fid))
         return (until[0], lambda t: quick.append(t.decode()), flag) if attempt == 0 else None
 
-    assert _ray_internals.gate_task_functions(before, lambda: None)
+    ended: list[int] = []  # tasks `after` ran for
+    assert _ray_internals.gate_task_functions(before, lambda: ended.append(len(started) - 1))
     w = ray._private.worker.global_worker
+
+    def task(n: int, attempt: int = 0) -> None:  # what Ray's execute_task calls around one
+        w.record_task_log_start(_TaskId(n), attempt)
+        w.record_task_log_end(_TaskId(n), attempt)
+
     FunctionActorManager.get_execution_info(None, None, Descriptor("f00d", "grow"))  # Ray's first look
     for n in range(3):
-        w.record_task_log_start(_TaskId(n), 0)
+        task(n)
     assert getter_calls == [1]  # the default name alone stood for the function
     current["name"] = "grow-2"  # options(name=...)
-    w.record_task_log_start(_TaskId(3), 0)
-    w.record_task_log_start(_TaskId(4), 1)  # a retry
+    task(3)
+    task(4, 1)  # a retry
     until[0] = 0.0  # tickets out of date at once
-    w.record_task_log_start(_TaskId(5), 0)
-    w.record_task_log_start(_TaskId(6), 0)
+    task(5)
+    task(6)
     until[0] = time.time() + 60
-    w.record_task_log_start(_TaskId(7), 0)
-    w.record_task_log_start(_TaskId(8), 0)
+    task(7)
+    task(8)
     flag[0] = ord("1")  # the monitor raised the flag
-    w.record_task_log_start(_TaskId(9), 0)
+    task(9)
     flag[0] = 0
-    w.record_task_log_start(_TaskId(10), 0)
+    task(10)
     # A second function, called with the first one's default name: its first task here
     # takes the full path, which finds the name shared; from then on the name alone is
     # not enough.
     FunctionActorManager.get_execution_info(None, None, Descriptor("beef", "shrink"))
     current.update(fn="m.shrink", name="grow")
-    w.record_task_log_start(_TaskId(11), 0)
-    w.record_task_log_start(_TaskId(12), 0)
+    task(11)
+    task(12)
     current["fn"] = "m.grow"
-    w.record_task_log_start(_TaskId(13), 0)
+    task(13)
     assert started == list(range(14))  # Ray's own record, every time
+    assert ended == [int(t[:40], 16) for t, *_ in full]  # `after` for each `before`, only
+    assert w.record_task_log_end.__func__ is Worker.record_task_log_end  # Ray's own between tasks
     assert [int(t[:40], 16) for t, *_ in full] == [0, 3, 4, 5, 6, 7, 9, 11, 13]
     assert [int(t[:40], 16) for t in quick] == [1, 2, 8, 10, 12]
     assert full[0][2:] == ("grow", "f00d") and full[1][2] == "grow-2"
