@@ -81,7 +81,7 @@ def write_file(path: Path, text: str) -> None:
 # A record starts with the task id at a fixed place, so that the gate's quick path (a task
 # of the same function and name as the last one, on a calm node: _ray_internals.
 # gate_task_functions) rewrites only that, in place: one small copy, no formatting. The
-# record's start then stays the full check's, at most a ticket (FLAG_RECHECK_S) earlier.
+# record's start then stays the full check's, at most a ticket (start_gate.TICKET_S) earlier.
 TASK_ID_LEN = 48  # Ray task ids in hex
 _QUICK_AT = len('{"task_id": "')
 
