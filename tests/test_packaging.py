@@ -164,7 +164,7 @@ DRIVER = textwrap.dedent("""
         return y * 2
 
     name = "preprocess_shard_" + "laion_aesthetic_6plus_" * 4 + "part_00042"
-    print("RESULT", ray.get(preprocess_shard.options(name=name).remote(20), timeout=600), flush=True)
+    print(f"RESULT {ray.get(preprocess_shard.options(name=name).remote(20), timeout=600)}", flush=True)  # one write
     ray.shutdown()
 """)
 

@@ -235,7 +235,8 @@ import ray, sys
 import armed_targets
 ray.init(address=sys.argv[1])
 print("JOB", ray.get_runtime_context().get_job_id(), flush=True)
-print("RESULT", ray.get(ray.remote(armed_targets.scaled).remote(2), timeout=120), flush=True)
+# One write: Ray prints the workers' log lines from another thread, between print's parts.
+print(f"RESULT {ray.get(ray.remote(armed_targets.scaled).remote(2), timeout=120)}", flush=True)
 """
 
 

@@ -180,7 +180,7 @@ from e2e import targets
 ray.init(address=os.environ["GCS"], runtime_env={"worker_process_setup_hook": targets.setup_hook_marker})
 print("HOOKS", ray.get(ray.remote(targets.user_hook_ran).remote()),
       ray.get(ray.remote(targets.user_env_hook_ran).remote()), flush=True)
-print("RESULT", ray.get(ray.remote(targets.plain_task).remote(10)), flush=True)
+print(f"RESULT {ray.get(ray.remote(targets.plain_task).remote(10))}", flush=True)  # one write
 """
 
 
