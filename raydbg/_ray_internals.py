@@ -484,6 +484,8 @@ def gate_task_functions(
     function_name, task_name, actors, now = (
         core.get_current_task_function_name, core.get_current_task_name, worker.actors, time.time,
     )  # fmt: skip
+    # Only a task that took the full path ends through raydbg: the others cost no frame.
+    ends = [end]  # what the task's end called before (Ray's, or another tool's wrapper)
 
     def record_task_log_start(task_id: Any, attempt_number: int) -> None:
         try:  # never the reason a task fails
@@ -511,9 +513,6 @@ def gate_task_functions(
         except Exception:
             pass
         start(task_id, attempt_number)
-
-    # Only a task that took the full path ends through raydbg: the others cost no frame.
-    ends = [end]  # what the task's end called before (Ray's, or another tool's wrapper)
 
     def record_task_log_end(task_id: Any, attempt_number: int) -> None:
         worker.record_task_log_end = ends[0]

@@ -108,12 +108,11 @@ def keys(prefix: str) -> list[str]:
     return [k.decode(errors="replace") for k in _keys(prefix)]
 
 
-def multi_get(keys: list[str], gcs: Any = None, timeout: float = _TIMEOUT) -> dict[str, bytes]:
-    """The values of those of `keys` that are present, in one call (through `gcs`, a
-    GcsClient, if given)."""
+def multi_get(keys: list[str], timeout: float = _TIMEOUT) -> dict[str, bytes]:
+    """The values of those of `keys` that are present, in one call."""
     if not keys:
         return {}
-    found = (gcs or client()).internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=timeout)
+    found = client().internal_kv_multi_get([k.encode() for k in keys], _NS, timeout=timeout)
     return {(k.decode(errors="replace") if isinstance(k, bytes) else str(k)): bytes(v)
             for k, v in (found or {}).items() if v}
 

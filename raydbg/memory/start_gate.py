@@ -213,8 +213,8 @@ FLAG_RECHECK_S = 0.02
 _flag_down_until = 0.0  # time.monotonic() until which the missing flag counts as down
 _flag_view: Any = None  # the flag, mapped (node_files.map_flag)
 # How long the quick path may go on from one full check: the record's start stays that
-# check's (identity.merge_local allows 0.5 s), and a check ~1/ms costs a busy worker ~5 us
-# a task (measured at 20 ms).
+# check's (identity.merge_local allows 0.5 s); a full check every 20 ms cost a busy worker
+# ~6 us a task, spread over the tasks (measured).
 TICKET_S = 0.1
 
 
@@ -232,9 +232,10 @@ def under_pressure() -> str:
             if _flag_view is None:
                 _flag_down_until = now + FLAG_RECHECK_S
                 return ""
-        if not _flag_view[0] or not node_files.flag_up(_flag):
+        reason = node_files.flag_reason(_flag) if _flag_view[0] else ""  # "": down or stale
+        if not reason:
             return ""
-        if node_files.flag_reason(_flag) == "trend":
+        if reason == "trend":
             return "trend"
     return "" if fits(0, mark=HIGH) else "memory"
 
