@@ -32,7 +32,7 @@ PY312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12
 	$$p -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
 VENV312 := .venv312
 STAMP312 := $(VENV312)/.installed
-PY312_TESTS := tests/test_breakpoints_model.py tests/test_breakpoints_layers.py \
+PY312_TESTS := tests/test_breakpoints_model.py tests/test_breakpoints_layers.py tests/test_breakpoints_store.py \
 	tests/e2e/test_armed_breakpoints.py
 
 $(STAMP312): pyproject.toml setup.py

@@ -66,6 +66,8 @@ def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "run").mkdir(mode=0o700)  # private, as raydbg requires of a run dir
     monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)  # no flag seen yet
     monkeypatch.setattr(start_gate, "_flag_view", None)
+    monkeypatch.setattr(start_gate, "_flag_inode", 0)
+    monkeypatch.setattr(start_gate, "_flag_remap_at", 0.0)
     return tmp_path / "run"
 
 
@@ -549,6 +551,24 @@ def test_before_task_reads_one_byte_of_the_mapped_flag_while_it_is_down(
     start_gate.before_task(TID, 0, "grow", "f00d")
 
 
+def test_a_flag_file_made_again_is_mapped_again(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from raydbg.memory import node_files
+
+    flag = node_files.flag_path("n1", tmp_path)
+    monkeypatch.setattr(start_gate, "_flag", flag)
+    node_files.set_flag(flag, False)
+    assert start_gate.under_pressure() == "" and start_gate._flag_view is not None
+    old = start_gate._flag_view
+    flag.unlink()  # the run dir removed and made again, a monitor started in it
+    node_files.set_flag(flag, True, f"{3 * GiB} {4 * GiB} trend")
+    assert start_gate.under_pressure() == ""  # within FLAG_REMAP_S: the old map, down
+    monkeypatch.setattr(start_gate, "_flag_remap_at", 0.0)  # FLAG_REMAP_S later
+    assert start_gate.under_pressure() == "trend" and start_gate._flag_view is not old
+    assert start_gate._flag_inode == flag.stat().st_ino
+
+
 def test_the_flag_keeps_its_size_and_file(tmp_path: Path) -> None:
     """Workers keep the flag mapped: the monitor rewrites it in place, never shorter."""
     from raydbg.memory import node_files
@@ -556,8 +576,8 @@ def test_the_flag_keeps_its_size_and_file(tmp_path: Path) -> None:
     flag = node_files.flag_path("n1", tmp_path)
     assert node_files.map_flag(flag) is None and not node_files.flag_up(flag)
     node_files.set_flag(flag, False)
-    view, inode = node_files.map_flag(flag), flag.stat().st_ino
-    assert view is not None and view[0] == 0
+    view, inode = node_files.map_flag(flag) or pytest.fail("not mapped")
+    assert view[0] == 0 and inode == flag.stat().st_ino == node_files.inode(flag)
     node_files.set_flag(flag, True, "1 2 trend")
     assert view[0] and node_files.flag_reason(flag) == "trend"
     node_files.set_flag(flag, True, "1 2 " + "m" * 200)  # too long: cut, not grown

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from test_memory_monitor import LIMIT, GiB, MiB, make, task, write
+from test_memory_monitor import CFG, LIMIT, GiB, MiB, fake_proc, make, task, write
 
 from raydbg.memory.learn import PeakLearner, PeakTable, peaks_path
 
@@ -108,3 +108,32 @@ def test_monitor_learns_from_its_scans_and_publishes_for_the_gate(
     assert path == run_dir / "peaks-n1"
     assert json.loads(path.read_text())["peaks"] == {"f00d": GiB}
     assert PeakTable(path).get("f00d") == GiB
+
+
+def test_monitor_follows_a_big_task_to_its_peak_and_end_however_calm_the_node(
+    tmp_path: Path, run_dir: Path
+) -> None:
+    # One poll in the warm band (a scan sees "f00d" at 600 MiB: big), then 0.5 of the
+    # limit, far below it, where the monitor scanned nothing before.
+    used = [int(0.8 * LIMIT), int(0.5 * LIMIT)]
+    mon, killed, _, _, clock = make(tmp_path, used, [task(7, 600 * MiB, 1)])
+    record(run_dir, 7, "grow", "f00d")
+    mon.poll()
+    assert mon.stats["scans"] == 1 and mon.learner.following(LIMIT)
+    proc = tmp_path / "proc"
+    fake_proc(proc, 7, "ray::grow", 730 * MiB)  # it grows on, to its true peak
+    clock.t += CFG.scan_every_s
+    mon.poll()
+    assert mon.stats["scans"] == 2 and mon.learner.peaks["f00d"] == 730 * MiB
+    fake_proc(proc, 7, "ray::IDLE", 60 * MiB)  # its task ended on its own
+    clock.t += CFG.scan_every_s
+    mon.poll()
+    assert mon.stats["scans"] == 3 and "f00d" in mon.learner.complete
+    assert not mon.learner.following(LIMIT)
+    clock.t += 1.0
+    mon.poll()
+    assert mon.stats["scans"] == 3  # nothing big runs: calm polls cost no scan again
+    clock.t += 1.0
+    mon.poll()  # published at most every 0.25 s: the gate sees the true, complete peak
+    table = PeakTable(peaks_path("n1"))
+    assert table.get("f00d") == 730 * MiB and table.is_complete("f00d") and not killed

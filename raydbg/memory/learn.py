@@ -6,8 +6,9 @@ every wave of work). Once the node has seen how far a function's tasks grow, the
 gate (start_gate.py) can hold the next one at its start until that fits, so the second and
 later waves of a big-memory function need no kill at all.
 
-The monitor (monitor.py) observes, whenever it scans processes (near the threshold, and
-in decision rounds): each busy worker's anonymous memory, counted toward the function
+The monitor (monitor.py) observes, whenever it scans processes (near the threshold, in
+decision rounds, and while a task of a big function runs: see `following`): each busy
+worker's anonymous memory, counted toward the function
 its local record names (node_files.py). The learned peak of a function is the most any of its
 tasks held on this node: for a killed attempt a lower bound, which is still the best
 guess. A peak is *complete* once a task of the function was seen to end on its own (its
@@ -69,6 +70,14 @@ class PeakLearner:
             if pid in memory and running.get(pid, ("", ""))[0] != task_id:
                 self.complete.add(fn)
         self._running = running
+
+    def following(self, limit: int) -> bool:
+        """Did the last observation see a task of a big function running? Then the monitor
+        keeps scanning, however calm the node: the task's peak and its end (which makes
+        the peak complete) must be seen. Unseen, the gate admits the next wave on a lower
+        bound: three 730 MiB tasks on a 665 MiB peak where two fit, and a kill."""
+        big = self.min_fraction * limit
+        return any(self.peaks.get(fn, 0) >= big for _, fn in self._running.values())
 
     def note(self, function_id: str, memory: int) -> None:
         """A task of `function_id` was seen holding `memory` (a decision round's candidate)."""

@@ -47,7 +47,7 @@ class MonitorConfig:
     refresh_s: float = 0.25  # far from the threshold
     fast_refresh_s: float = 0.05  # near it or when growth is fast
     warm_band: float = 0.15  # "near" = within this fraction of the limit below the threshold mark
-    scan_every_s: float = 0.25  # per-process scans in the warm band (growth per worker)
+    scan_every_s: float = 0.25  # per-process scans in the warm band, or following a big task
     pending_timeout_s: float = 10.0  # stop waiting for a victim that does not exit
     # Raise the gate's flag when growth reaches the high mark within this: a task started
     # now would be among the newest when the crossing comes, i.e. the first victims.
@@ -218,8 +218,11 @@ class MemoryMonitor:
             if self.crossed_at is not None and node.used < thr:
                 self._metrics.recovered(now - self.crossed_at, self.node_id)
                 self.crossed_at = None
-            if warm and now - self._last_scan >= cfg.scan_every_s:
-                self._scan(now)  # keep per-worker growth fresh for a quick decision
+            # Near the threshold: per-worker growth fresh for a quick decision; while a big
+            # function's task runs: its peak and its end (learn.py).
+            follow = warm or self.learner.following(node.limit)
+            if follow and now - self._last_scan >= cfg.scan_every_s:
+                self._scan(now)
             return self._interval(node.used, thr, growth, warm)
         if self.crossed_at is None:
             # The crossing happened after the last calm poll: measure reaction from there

@@ -225,21 +225,30 @@ def flag_reason(path: Path | str) -> str:
     return (words[-1] if len(words) > 2 else "memory") if words else ""
 
 
-def map_flag(path: Path | str) -> mmap.mmap | None:
-    """The flag, mapped read-only (its first byte is 0 while down); None until the node's
-    monitor made it."""
+def map_flag(path: Path | str) -> tuple[mmap.mmap, int] | None:
+    """The flag, mapped read-only (its first byte is 0 while down), and its file's inode;
+    None until the node's monitor made it."""
     try:
         fd = open_private(path, os.O_RDONLY)
     except OSError:
         return None
     try:
-        if os.fstat(fd).st_size < FLAG_SIZE:  # not written yet: a map would fault
+        st = os.fstat(fd)
+        if st.st_size < FLAG_SIZE:  # not written yet: a map would fault
             return None
-        return mmap.mmap(fd, FLAG_SIZE, prot=mmap.PROT_READ)
+        return mmap.mmap(fd, FLAG_SIZE, prot=mmap.PROT_READ), st.st_ino
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def inode(path: Path | str) -> int:
+    """The file's inode; 0 when there is none."""
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return 0
 
 
 def reserve(nbytes: int, directory: Path | None = None) -> None:

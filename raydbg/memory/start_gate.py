@@ -212,6 +212,11 @@ def _peak(function_id: str) -> tuple[int, bool]:
 FLAG_RECHECK_S = 0.02
 _flag_down_until = 0.0  # time.monotonic() until which the missing flag counts as down
 _flag_view: Any = None  # the flag, mapped (node_files.map_flag)
+# A mapped flag is checked to still be the node's file this often: a run dir removed and
+# made again would leave the map on a file the monitor no longer writes (never up).
+FLAG_REMAP_S = 1.0
+_flag_inode = 0
+_flag_remap_at = 0.0  # time.monotonic() of the next such check
 # How long the quick path may go on from one full check: the record's start stays that
 # check's (identity.merge_local allows 0.5 s); a full check every 20 ms cost a busy worker
 # ~6 us a task, spread over the tasks (measured).
@@ -222,16 +227,22 @@ def under_pressure() -> str:
     """Why fresh task starts wait now: "memory" (the node is above the high mark),
     "trend" (the monitor sees it heading there), or "". While the flag is down: one byte
     read from its map, or, until the monitor made it, at most one look per FLAG_RECHECK_S."""
-    global _flag_down_until, _flag_view
+    global _flag_down_until, _flag_view, _flag_inode, _flag_remap_at
     if _flag is not None:
+        now = time.monotonic()
+        if _flag_view is not None and now >= _flag_remap_at:
+            _flag_remap_at = now + FLAG_REMAP_S
+            if node_files.inode(_flag) != _flag_inode:
+                _flag_view = None
         if _flag_view is None:
-            now = time.monotonic()
             if now < _flag_down_until:
                 return ""
-            _flag_view = node_files.map_flag(_flag)
-            if _flag_view is None:
+            mapped = node_files.map_flag(_flag)
+            if mapped is None:
                 _flag_down_until = now + FLAG_RECHECK_S
                 return ""
+            _flag_view, _flag_inode = mapped
+            _flag_remap_at = now + FLAG_REMAP_S
         reason = node_files.flag_reason(_flag) if _flag_view[0] else ""  # "": down or stale
         if not reason:
             return ""
