@@ -625,6 +625,8 @@ class Bench:
             # the same for two identical plain drivers: how far from 1 noise alone moves it
             "throughput.control": _ratio(med, "throughput.control", "throughput.plain"),
             "throughput.control.paired": _paired(s.get("throughput.control", []), s.get("throughput.plain", [])),
+            **_ci_of("throughput.paired", s.get("throughput.raydbg", []), s.get("throughput.plain", [])),
+            **_ci_of("throughput.control.paired", s.get("throughput.control", []), s.get("throughput.plain", [])),
             "task_cpu": _ratio(med, "task_cpu_us.raydbg", "task_cpu_us.plain"),
             "task_cpu.all": _ratio(med, "task_cpu_us.all.raydbg", "task_cpu_us.all.plain"),
         }
@@ -702,6 +704,24 @@ def _paired(num: list[float], den: list[float]) -> float:
     return statistics.median(pairs) if pairs else float("nan")
 
 
+def _ci_of(key: str, num: list[float], den: list[float]) -> dict[str, float]:
+    lo, hi = _paired_ci(num, den)
+    return {f"{key}.ci_lo": lo, f"{key}.ci_hi": hi}
+
+
+def _paired_ci(num: list[float], den: list[float], draws: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of `_paired` (rounds resampled): whether a target is inside
+    what this run's noise allows, rather than one median's luck."""
+    import random
+
+    pairs = [a / b for a, b in zip(num, den, strict=False) if b]
+    if len(pairs) < 4:
+        return float("nan"), float("nan")
+    rng = random.Random(0)
+    meds = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(draws))
+    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
+
+
 def _free_port() -> int:
     import socket
 
@@ -751,9 +771,12 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         ("  ratio raydbg / plain Ray", r("throughput"), "", ">= 0.98",
          "no, within A/A noise" if not checks["throughput"] and checks.get("throughput.within_aa_noise") else
          met("throughput")),
-        ("  median of the rounds' ratios", r("throughput.paired"), "", "", ""),
-        ("  A/A control: a 2nd plain driver / plain (same, paired)",
-         f"{r('throughput.control')}, {r('throughput.control.paired')}", "", "", ""),
+        ("  median of the rounds' ratios (95% interval)",
+         f"{r('throughput.paired')} ({r('throughput.paired.ci_lo')}-{r('throughput.paired.ci_hi')})",
+         "", "", ""),
+        ("  A/A control: a 2nd plain driver / plain (same, paired, interval)",
+         f"{r('throughput.control')}, {r('throughput.control.paired')} "
+         f"({r('throughput.control.paired.ci_lo')}-{r('throughput.control.paired.ci_hi')})", "", "", ""),
         ("CPU time per task, driver + workers", _f(med, "task_cpu_us.raydbg", " us"),
          _f(med, "task_cpu_us.plain", " us") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("task_cpu"), "", "", ""),
