@@ -59,8 +59,8 @@ def test_raydbg_kills_newest_retriable_task_before_the_kernel() -> None:
 # (Ray, the actor, idle and held workers) moves between ~700 and ~1000 MiB as Ray
 # starts and reaps workers. So two tasks stay ~190 MiB under the low mark and three
 # cross the threshold (3060 MiB) by ~190 MiB, whatever the rest does: the run has one
-# right answer. (At 700 MiB three landed within that movement of the threshold:
-# admitted on a dip, killed when the rest grew back, one run in ten.)
+# right answer. (Nearer the edge, a third task is admitted on a dip of the rest and
+# killed when the rest grows back.)
 LATER_WAVES = memory_workload.Scenario(
     limit_mb=3400, tasks=10, peak_mb=820, rate_mb_s=700, hold_s=0.5, stagger_s=0.2,
     actor_mb=300, num_cpus=4,

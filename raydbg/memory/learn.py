@@ -8,12 +8,12 @@ later waves of a big-memory function need no kill at all.
 
 The monitor (monitor.py) observes, whenever it scans processes (near the threshold, in
 decision rounds, and while a task of a big function runs: see `following`): each busy
-worker's anonymous memory, counted toward the function
-its local record names (node_files.py). The learned peak of a function is the most any of its
-tasks held on this node: for a killed attempt a lower bound, which is still the best
-guess. A peak is *complete* once a task of the function was seen to end on its own (its
-worker, still alive, moved on to something else): only then is it the function's true
-need rather than how far its tasks had got. Only functions whose tasks reach
+worker's anonymous memory, counted toward the function its local record names
+(node_files.py). The learned peak of a function is the most any of its tasks held on this
+node: for a killed attempt a lower bound, which is still the best guess. A peak is
+*complete* once a task of the function was seen to end on its own (its worker, still
+alive, moved on to something else): only then is it the function's true need rather
+than how far its tasks had got. Only functions whose tasks reach
 `min_fraction` of the node limit are published (`<run dir>/peaks-<node_id>`, JSON
 {"peaks": {function id: bytes}, "complete": [function id, ...]}): small tasks never pay
 for the admission path.
