@@ -699,8 +699,12 @@ def _ratio(med: dict[str, float], num: str, den: str) -> float:
     return med[num] / med[den]
 
 
+def _pairs(num: list[float], den: list[float]) -> list[float]:
+    return [a / b for a, b in zip(num, den, strict=False) if b]
+
+
 def _paired(num: list[float], den: list[float]) -> float:
-    pairs = [a / b for a, b in zip(num, den, strict=False) if b]
+    pairs = _pairs(num, den)
     return statistics.median(pairs) if pairs else float("nan")
 
 
@@ -714,7 +718,7 @@ def _paired_ci(num: list[float], den: list[float], draws: int = 2000) -> tuple[f
     what this run's noise allows, rather than one median's luck."""
     import random
 
-    pairs = [a / b for a, b in zip(num, den, strict=False) if b]
+    pairs = _pairs(num, den)
     if len(pairs) < 4:
         return float("nan"), float("nan")
     rng = random.Random(0)

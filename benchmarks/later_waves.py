@@ -32,13 +32,13 @@ def main() -> int:
     from rich.progress import Progress
 
     console = Console()
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
     bad = 0
     with Progress(console=console) as progress:
         task = progress.add_task("later-waves runs", total=args.runs)
         for k in range(args.runs):
             log = str(args.keep / f"run{k}.monitor.log") if args.keep else None
-            if args.keep:
-                args.keep.mkdir(parents=True, exist_ok=True)
             r = memory_workload.run("raydbg", LATER_WAVES, timeout=140, monitor_log=log)
             problems = later_waves_problems(r, LATER_WAVES)
             bad += bool(problems)

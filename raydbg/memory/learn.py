@@ -76,8 +76,11 @@ class PeakLearner:
         keeps scanning, however calm the node: the task's peak and its end (which makes
         the peak complete) must be seen. Unseen, the gate admits the next wave on a lower
         bound: three 730 MiB tasks on a 665 MiB peak where two fit, and a kill."""
-        big = self.min_fraction * limit
-        return any(self.peaks.get(fn, 0) >= big for _, fn in self._running.values())
+        return any(self._big(self.peaks.get(fn, 0), limit) for _, fn in self._running.values())
+
+    def _big(self, peak: int, limit: int) -> bool:
+        """A peak worth the gate's admission path (and following)."""
+        return peak >= self.min_fraction * limit
 
     def note(self, function_id: str, memory: int) -> None:
         """A task of `function_id` was seen holding `memory` (a decision round's candidate)."""
@@ -89,7 +92,7 @@ class PeakLearner:
         now = time.monotonic() if now is None else now
         if self.path is None or now - self._last_publish < self.every_s:
             return False
-        peaks = {fn: b for fn, b in self.peaks.items() if b >= self.min_fraction * limit}
+        peaks = {fn: b for fn, b in self.peaks.items() if self._big(b, limit)}
         big = {"peaks": peaks, "complete": sorted(self.complete & set(peaks))}
         if big == self._published:
             return False
