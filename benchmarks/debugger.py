@@ -349,7 +349,7 @@ class Bench:
         self.token = (registry.get_bytes(registry.TOKEN) or b"").decode()
         self.gateway = Gateway(self.gateway_address, self.token)
 
-    def driver_env(self, kind: str) -> dict[str, str]:
+    def driver_env(self, kind: str, extra: dict[str, str] | None = None) -> dict[str, str]:
         env = dict(os.environ, RAY_ADDRESS=self.gcs, PYTHONUNBUFFERED="1")
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
         if kind == "raydbg":
@@ -357,14 +357,17 @@ class Bench:
             env["RAYDBG_MEMORY_BUDGETS"] = "1" if self.args.memory_budgets else "0"
         else:
             env.update(RAY_DEBUG="1", RAYDBG_DISABLE="1")
+        env.update(extra or {})
         return env
 
     async def start_drivers(self, epoch: int = 0) -> None:
         names = [("raydbg", "raydbg"), ("plain", "plain")]
         if self.args.control and not self.args.skip_throughput:
             names.append(("control", "plain"))  # a second plain driver: the A/A noise floor
+        if not self.args.skip_throughput:
+            names += [(v, "raydbg") for v in self.args.variant]
         names = names[epoch % len(names):] + names[:epoch % len(names)]  # who starts first rotates
-        self.drivers = {n: Driver(n, k, self.driver_env(k), self.tmp) for n, k in names}
+        self.drivers = {n: Driver(n, k, self.driver_env(k, self.args.variant.get(n)), self.tmp) for n, k in names}
         await asyncio.gather(*(d.start() for d in self.drivers.values()))
 
     async def stop_drivers(self) -> None:
@@ -390,6 +393,10 @@ class Bench:
                 self.step(f"throughput: warm-up ({kind})", 1)
             # ABBA with two drivers; with the control, every order of the three in turn
             orders = list(itertools.permutations(sorted(self.drivers, reverse=True)))
+            if len(self.drivers) > 3:  # variants: each driver first and last in turn (a Latin square)
+                names = sorted(self.drivers, reverse=True)
+                orders = [tuple(names[i:] + names[:i]) for i in range(len(names))]
+                orders += [tuple(reversed(o)) for o in orders]
             if len(self.drivers) == 2:
                 orders = [("raydbg", "plain"), ("plain", "raydbg")]
             rounds = self.args.throughput_rounds * (epoch + 1) // epochs - done
@@ -557,7 +564,7 @@ class Bench:
         )
 
         a = self.args
-        drivers = 3 if a.control else 2
+        drivers = (3 if a.control else 2) + len(a.variant)
         total = 3 + (0 if a.skip_throughput else drivers * (a.epochs + a.throughput_rounds)) + (
             0 if a.skip_debug else 2 * a.rounds)
         started = time.time()
@@ -613,7 +620,7 @@ class Bench:
         s = dict(self.samples)
         for kind in ("raydbg", "builtin"):  # every attach, cold and warm together
             s[f"attach_ms.{kind}"] = s.get(f"attach_ms.{kind}.cold", []) + s.get(f"attach_ms.{kind}.warm", [])
-        for kind in ("raydbg", "plain", "control"):
+        for kind in ("raydbg", "plain", "control", *self.args.variant):
             drv, wrk = s.get(f"task_cpu_us.driver.{kind}", []), s.get(f"task_cpu_us.workers.{kind}", [])
             if drv and wrk:
                 s[f"task_cpu_us.{kind}"] = [statistics.median(drv) + statistics.median(wrk)]
@@ -639,6 +646,11 @@ class Bench:
                                                           f"spin_wall.{loop}.{dbg}.paused")
             # never-debugged workers: raydbg's job vs plain Ray (different rounds: noisier)
             ratios[f"cpu.{loop}.idle"] = _ratio(med, f"spin.{loop}.builtin.fresh", f"spin.{loop}.raydbg.fresh")
+        for v in self.args.variant:  # the raydbg job with a part switched off, vs plain Ray
+            ratios[f"throughput.{v}"] = _ratio(med, f"throughput.{v}", "throughput.plain")
+            ratios[f"throughput.{v}.paired"] = _paired(s.get(f"throughput.{v}", []), s.get("throughput.plain", []))
+            ratios.update(_ci_of(f"throughput.{v}.paired", s.get(f"throughput.{v}", []), s.get("throughput.plain", [])))
+            ratios[f"task_cpu.{v}"] = _ratio(med, f"task_cpu_us.{v}", "task_cpu_us.plain")
         ratios = {k: round(v, 4) for k, v in ratios.items()}
         # When two identical plain drivers differ at least as much, the gap is not raydbg's.
         control = ratios.get("throughput.control", float("nan"))
@@ -665,7 +677,7 @@ class Bench:
                        "control": self.args.control, "epochs": self.args.epochs,
                        "warmup": self.args.warmup, "debug_rounds": self.args.rounds, "spins": self.args.spins,
                        "loops": LOOPS, "cpus": self.args.cpus, "poll_s": POLL_S,
-                       "wait_timeout": self.args.wait_timeout},
+                       "wait_timeout": self.args.wait_timeout, "variants": self.args.variant},
             "medians": med,
             "ratios": ratios,
             "targets": TARGETS,
@@ -781,6 +793,10 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         ("  A/A control: a 2nd plain driver / plain (same, paired, interval)",
          f"{r('throughput.control')}, {r('throughput.control.paired')} "
          f"({r('throughput.control.paired.ci_lo')}-{r('throughput.control.paired.ci_hi')})", "", "", ""),
+        *[(f"  variant {v} ({', '.join(f'{k}={x}' for k, x in env.items())}) / plain (paired, interval)",
+           f"{r(f'throughput.{v}')}, {r(f'throughput.{v}.paired')} "
+           f"({r(f'throughput.{v}.paired.ci_lo')}-{r(f'throughput.{v}.paired.ci_hi')}); CPU {r(f'task_cpu.{v}')}",
+           "", "", "") for v, env in res["config"].get("variants", {}).items()],
         ("CPU time per task, driver + workers", _f(med, "task_cpu_us.raydbg", " us"),
          _f(med, "task_cpu_us.plain", " us") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("task_cpu"), "", "", ""),
@@ -852,17 +868,29 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--wait-timeout", type=float, default=60, help="RAYDBG_WAIT_TIMEOUT for raydbg's pauses")
     p.add_argument("--memory-budgets", action=argparse.BooleanOptionalAction, default=True,
                    help="raydbg job records retry budgets + runs the memory start gate per task (default on, as in raydbg)")
+    p.add_argument("--variant", action="append", default=[], metavar="NAME=KEY=VALUE[,KEY=VALUE]",
+                   help="one more raydbg driver in the throughput rounds, with these environment variables "
+                        "(e.g. nobudgets=RAYDBG_MEMORY_BUDGETS=0): what one part of raydbg costs")
     p.add_argument("--skip-throughput", action="store_true", help="only the debug rounds (parts 2-4)")
     p.add_argument("--skip-debug", action="store_true", help="only the throughput rounds (part 1)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
     p.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     args = p.parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.variant = dict(_variant(v, p) for v in args.variant)
     for name, full, quick in (("rounds", 5, 1), ("throughput_rounds", 12, 2), ("epochs", 3, 1), ("spins", 4, 2),
                               ("warmup", 2, 1), ("control", True, False)):
         if getattr(args, name) is None:
             setattr(args, name, quick if args.quick else full)
     return args
+
+
+def _variant(spec: str, parser: argparse.ArgumentParser) -> tuple[str, dict[str, str]]:
+    name, _, env = spec.partition("=")
+    pairs = [kv.partition("=") for kv in env.split(",") if kv]
+    if not name.isidentifier() or name in ("raydbg", "plain", "control") or not pairs or not all(k and eq for k, eq, _ in pairs):
+        parser.error(f"--variant {spec!r}: expected NAME=KEY=VALUE[,KEY=VALUE] with a new NAME")
+    return name, {k: v for k, _, v in pairs}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -413,7 +413,7 @@ def _default_task_name(descriptor: Any) -> str:
 
 
 def gate_task_functions(
-    before: Callable[[str, int, str, str], tuple[float, Callable[[bytes], object], Any] | None],
+    before: Callable[[str, int, str, str], tuple[float, Any, Any] | None],
     after: Callable[[], None],
 ) -> bool:
     """Call `before(task id hex, attempt, task name, function id)` before every normal sync
@@ -421,16 +421,18 @@ def gate_task_functions(
     task ended (returned, raised, or its generator ran out); idempotent; False when this
     Ray lacks the hook points.
 
-    When `before` returns (until, write, flag), first attempts of the same function and
-    task name that start before `until` (time.time()) while `flag[0]` is 0 only call
-    `write(task id hex, ASCII)`.
+    When `before` returns (until, field, flag), first attempts of the same function and
+    task name that start before `until` (time.time()) while `flag[0]` is 0 only do
+    `field[:] = task_id.hex().encode()`.
     "The same function" is taken from the task's name alone where that name has named one
     function only: the name is one function's default name, or a name the full path saw on
     one function only (the function-name getter costs a busy worker ~11 us, the name's ~1,
     measured). A function newly loaded here sends its first task down the full path, which
     sees a custom name shared with another function; tasks of two functions sharing a
     custom name that no full path has seen yet can take the other's ticket (its record
-    then names the other function) until the full path sees them."""
+    then names the other function) until the full path sees them.
+    A worker that becomes an actor's (it never runs a normal task again) gets Ray's own
+    start back: its calls cost nothing here."""
     import inspect
 
     import ray
@@ -449,9 +451,9 @@ def gate_task_functions(
     gated: dict[str, str] = {}
     # task name -> the one function key seen with it; "" once two were.
     named: dict[str, str] = {}
-    # The last full call's function key, task name, what `before` returned for it (until,
-    # write, flag), and whether the name alone stands for the function.
-    quick: list[Any] = ["", "", 0.0, None, b"\1", False]
+    # The ticket of the last full call (see `before`), the function key and task name it is
+    # for, and whether the name alone stands for that function. `flag` starts up: no ticket.
+    until, field, flag, key, name, alone = 0.0, None, b"\1", "", "", False
 
     def learn(names: dict[str, str], name: str, key: str) -> None:
         names[name] = key if names.get(name, key) == key else ""
@@ -461,12 +463,15 @@ def gate_task_functions(
 
         @functools.wraps(lookup)
         def get_execution_info(self: Any, job_id: Any, descriptor: Any) -> Any:
+            nonlocal until
             info = lookup(self, job_id, descriptor)
             try:
-                if not descriptor.is_actor_method():
+                until = 0.0  # a function new here: its first task takes the full path
+                if descriptor.is_actor_method():
+                    _ungate(worker)
+                else:
                     key = _function_key(descriptor)
                     learn(named, _default_task_name(descriptor), key)
-                    quick[2] = 0.0  # a function new here: its first task takes the full path
                     fn = info.function
                     if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
                         learn(gated, key, descriptor.function_id.hex())
@@ -476,10 +481,10 @@ def gate_task_functions(
 
         get_execution_info._raydbg = True  # type: ignore[attr-defined]
         FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
-    # This runs before every task, where each step is cold (1-2 us, measured): the core
-    # worker's getters are taken directly (not through the runtime context's mode checks),
-    # an actor's process is known by its instance in `worker.actors` (set before this),
-    # and the quick path is a handful of steps.
+    # This runs before every task, each time with a cold cache (every step and object it
+    # touches costs 0.5-2 us then, measured): the core worker's getters are taken directly
+    # (not through the runtime context's mode checks), and the quick path is a handful of
+    # steps on closure variables.
     core = worker.core_worker
     function_name, task_name, actors, now = (
         core.get_current_task_function_name, core.get_current_task_name, worker.actors, time.time,
@@ -489,30 +494,36 @@ def gate_task_functions(
 
     def record_task_log_start(task_id: Any, attempt_number: int) -> None:
         try:  # never the reason a task fails
-            if gated and not actors:
-                name = task_name() or ""
-                if (
-                    attempt_number == 0 and name == quick[1] and not quick[4][0]
-                    and now() < quick[2] and (quick[5] or function_name() == quick[0])
-                ):  # fmt: skip
-                    quick[3](task_id.hex().encode())
-                    start(task_id, attempt_number)
-                    return
-                quick[2] = 0.0
-                key = function_name() or ""
-                if name in named or len(named) < 1000:  # not names made per call, unbounded
-                    learn(named, name, key)
-                fid = gated.get(key)
-                if fid:
-                    if worker.record_task_log_end is not record_task_log_end:  # after() at its end
-                        ends[0] = worker.record_task_log_end
-                        worker.record_task_log_end = record_task_log_end
-                    ticket = before(task_id.hex(), int(attempt_number), name, fid)
-                    if ticket is not None:
-                        quick[:] = [key, name, *ticket, named.get(name) == key]
+            if (
+                not attempt_number and not flag[0] and task_name() == name and now() < until
+                and (alone or function_name() == key)
+            ):  # fmt: skip
+                field[:] = task_id.hex().encode()  # type: ignore[index]
+            else:
+                full(task_id, attempt_number)
         except Exception:
             pass
         start(task_id, attempt_number)
+
+    def full(task_id: Any, attempt_number: int) -> None:
+        nonlocal until, field, flag, key, name, alone
+        until = 0.0
+        if not gated or actors:
+            return
+        task = task_name() or ""
+        fn = function_name() or ""
+        if task in named or len(named) < 1000:  # not names made per call, unbounded
+            learn(named, task, fn)
+        fid = gated.get(fn)
+        if not fid:
+            return
+        if worker.record_task_log_end is not record_task_log_end:  # after() at its end
+            ends[0] = worker.record_task_log_end
+            worker.record_task_log_end = record_task_log_end
+        ticket = before(task_id.hex(), int(attempt_number), task, fid)
+        if ticket is not None:
+            until, field, flag = ticket
+            key, name, alone = fn, task, named.get(task) == fn
 
     def record_task_log_end(task_id: Any, attempt_number: int) -> None:
         worker.record_task_log_end = ends[0]
@@ -520,8 +531,16 @@ def gate_task_functions(
         after()
 
     record_task_log_start._raydbg = True  # type: ignore[attr-defined]
+    record_task_log_start._ray_start = start  # type: ignore[attr-defined]
     worker.record_task_log_start = record_task_log_start
     return True
+
+
+def _ungate(worker: Any) -> None:
+    """Ray's own task start again in this worker (it became an actor's)."""
+    current = worker.record_task_log_start
+    if getattr(current, "_raydbg", False):
+        worker.record_task_log_start = current._ray_start
 
 
 def current_task_id_hex() -> str | None:

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 def test_debugger_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "debugger.json"
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "debugger.py"), "--quick", "--out", str(out)],
+        [sys.executable, str(REPO / "benchmarks" / "debugger.py"), "--quick", "--out", str(out),
+         "--variant", "nobudgets=RAYDBG_MEMORY_BUDGETS=0"],
         capture_output=True, text=True, timeout=380, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -26,10 +27,22 @@ def test_debugger_benchmark_quick(tmp_path: Path) -> None:
     samples = res["samples"]
     for key in ("throughput.raydbg", "throughput.plain", "pause.raydbg.listed.cold", "pause.raydbg.listed.warm",
                 "pause.builtin.cold", "pause.builtin.warm", "attach_ms.raydbg", "attach_ms.builtin",
-                "spin.calls.raydbg.paused", "spin.calls.raydbg.fresh", "spin.loop.builtin.paused"):
+                "spin.calls.raydbg.paused", "spin.calls.raydbg.fresh", "spin.loop.builtin.paused",
+                "throughput.nobudgets", "task_cpu_us.driver.nobudgets"):
         assert samples.get(key), key
     # Behaviour, not speed (a shared machine is too noisy to assert figures): raydbg removes
     # its tracer once the client has gone, Ray's built-in leaves it installed.
     assert samples["tracer_left.raydbg"] == [0.0]
     assert samples["tracer_left.builtin"] == [1.0]
     assert "Debugger benchmark" in proc.stdout
+    assert res["config"]["variants"] == {"nobudgets": {"RAYDBG_MEMORY_BUDGETS": "0"}}
+    assert res["ratios"]["throughput.nobudgets.paired"] > 0
+
+
+@pytest.mark.parametrize("spec", ["nobudgets", "raydbg=RAYDBG_X=1", "x=RAYDBG_X", "x=", "1x=A=1"])
+def test_a_bad_variant_is_one_clear_error(spec: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "debugger.py"), "--variant", spec],
+        capture_output=True, text=True, timeout=60, cwd=REPO,
+    )
+    assert proc.returncode == 2 and "expected NAME=KEY=VALUE" in proc.stderr, proc.stderr

@@ -594,10 +594,10 @@ def test_before_task_hands_out_a_quick_path_only_when_calm(
     flag = node_files.flag_path("n1", tmp_path)
     monkeypatch.setattr(start_gate, "_flag", flag)
     # No monitor yet: a ticket as long as the flag counts as down, with a flag that stays so.
-    until, write, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
+    until, field, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
     assert time.time() < until <= time.time() + start_gate.FLAG_RECHECK_S and not seen[0]
     other = TID[:-12] + "ab" * 2 + TID[-8:]
-    write(other.encode())  # what the wrapper does for the next such task
+    field[:] = other.encode()  # what the wrapper does for the next such task
     rec = node_files.read_running([os.getpid()])[os.getpid()]
     assert (rec["task_id"], rec["attempt"], rec["held"], rec["fn"], rec["name"]) == (
         other, 0, False, "f00d", "grow")
@@ -606,7 +606,7 @@ def test_before_task_hands_out_a_quick_path_only_when_calm(
     # The monitor's flag: a ticket of TICKET_S whose flag is the mapped one, up at once.
     node_files.set_flag(flag, False)
     monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
-    until, write, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
+    until, field, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
     assert time.time() + start_gate.FLAG_RECHECK_S < until <= time.time() + start_gate.TICKET_S
     assert not seen[0]
     node_files.set_flag(flag, True, "1 2 trend")
@@ -623,13 +623,25 @@ class _TaskId:
         return f"{self.n:040x}" + TID[-8:]
 
 
+class _IdField:
+    """A record's task id field, as the quick path writes it: what was written."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+
+    def __setitem__(self, where: slice, raw: bytes) -> None:
+        assert where == slice(None) and len(raw) == 48
+        self.written.append(raw.decode())
+
+
 def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """_ray_internals.gate_task_functions against a stand-in for Ray's worker: `before` runs
     for a first task, a new function or name, a retry, once its ticket ran out or while
-    the flag is up; else only the ticket's writer. The function-name getter (the costly
-    one) runs on the full path only, and on the quick path of a name two functions share."""
+    the flag is up; else only the id into the ticket's field. The function-name getter
+    (the costly one) runs on the full path only, and on the quick path of a name two
+    functions share. A worker that becomes an actor's gets Ray's own start back."""
     import ray
     from ray._private.function_manager import FunctionActorManager
 
@@ -658,24 +670,26 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     class Descriptor:
         module_name, class_name = "m", ""
 
-        def __init__(self, fid: str, name: str) -> None:
+        def __init__(self, fid: str, name: str, actor: bool = False) -> None:
             self.function_id = type("Id", (), {"hex": lambda _: fid})()
             self.function_name = name
+            self.actor = actor
 
         def is_actor_method(self) -> bool:
-            return False
+            return self.actor
 
     monkeypatch.setattr(ray._private.worker, "global_worker", Worker())
     monkeypatch.setattr(FunctionActorManager, "get_execution_info",
                         lambda self, job, d: type("Info", (), {"function": len})())
     full: list[tuple[str, int, str, str]] = []
-    quick: list[str] = []
+    field = _IdField()
+    quick = field.written
     until = [time.time() + 60]
     flag = bytearray(1)  # the node's pressure flag, as the gate maps it: 0 while down
 
     def before(tid: str, attempt: int, name: str, fid: str) -> Any:
         full.append((tid, attempt, name, fid))
-        return (until[0], lambda t: quick.append(t.decode()), flag) if attempt == 0 else None
+        return (until[0], field, flag) if attempt == 0 else None
 
     ended: list[int] = []  # tasks `after` ran for
     assert _ray_internals.gate_task_functions(before, lambda: ended.append(len(started) - 1))
@@ -718,6 +732,11 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     assert [int(t[:40], 16) for t in quick] == [1, 2, 8, 10, 12]
     assert full[0][2:] == ("grow", "f00d") and full[1][2] == "grow-2"
     assert [f[3] for f in full[-2:]] == ["beef", "f00d"]  # each named for its own function
+    # The worker becomes an actor's: Ray's own start from then on, no raydbg call per task.
+    FunctionActorManager.get_execution_info(None, None, Descriptor("cafe", "Probe.pid", actor=True))
+    assert w.record_task_log_start.__func__ is Worker.record_task_log_start
+    task(14)
+    assert started[-1] == 14 and len(full) == 9 and len(quick) == 5
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:

@@ -19,12 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import functools
 import json
 import mmap
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,14 +109,14 @@ class RunningRecord:
         # and skips the record for that round (unknown = non-retriable: sound).
         m[:RECORD_SIZE] = data.ljust(RECORD_SIZE)
 
-    def quick_writer(self) -> Callable[[bytes], object]:
-        """`write(task id)` (hex, ASCII) for a record last written with a full-length task
-        id, attempt 0 and not held: what changes from one such task to the next."""
+    def id_field(self) -> memoryview:
+        """The task id's place in the record, for `field[:] = task_id (hex, ASCII)` (the
+        quick path: an id written last with write_static, full length, attempt 0 and not
+        held; what changes between such tasks)."""
         m = self._map
         if m is None:
             m = self._open()
-        # No Python frame of its own: each one costs the busy worker a cold call.
-        return functools.partial(m.__setitem__, slice(_QUICK_AT, _QUICK_AT + TASK_ID_LEN))
+        return memoryview(m)[_QUICK_AT : _QUICK_AT + TASK_ID_LEN]
 
     def _open(self) -> mmap.mmap:
         self.close()

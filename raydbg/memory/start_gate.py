@@ -261,7 +261,7 @@ def hold(pressure: str, max_hold_s: float, on_hold: Callable[[], None]) -> float
 
 
 # What before_task hands the wrapper for the tasks that follow (see before_task).
-Quick = tuple[float, Callable[[bytes], object], Any]
+Quick = tuple[float, Any, Any]
 _NO_FLAG = bytes(1)  # a ticket's flag where the monitor has made none yet: down
 
 
@@ -271,9 +271,9 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
     never raises (a broken gate must not break the task).
 
     In the common case (a first attempt of a function not learned to be big, the pressure
-    flag seen down) it returns (until, write, flag): until that time.time(), first
-    attempts of the same function and name may skip this and only `write(task id)` into
-    their record, while `flag[0]` is 0 (the flag down).
+    flag seen down) it returns (until, field, flag): until that time.time(), first
+    attempts of the same function and name may skip this and only copy their task id into
+    their record (`field[:] = task id, hex, ASCII`), while `flag[0]` is 0 (the flag down).
     Each step before a task costs a busy worker 1-2 us (cold: measured), so that quick path
     is a few steps in the wrapper itself (_ray_internals.gate_task_functions)."""
     s = settings.current()
@@ -290,11 +290,11 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
             if len(tid) != node_files.TASK_ID_LEN:
                 return None
             if _flag_view is not None:
-                return time.time() + TICKET_S, record.quick_writer(), _flag_view
+                return time.time() + TICKET_S, record.id_field(), _flag_view
             calm_s = _flag_down_until - time.monotonic()
             if calm_s <= 0:
                 return None
-            return time.time() + calm_s, record.quick_writer(), _NO_FLAG
+            return time.time() + calm_s, record.id_field(), _NO_FLAG
         held = [False]
 
         def note(now_held: bool) -> None:

@@ -43,6 +43,12 @@ def fails() -> None:
 
 
 @ray.remote
+class Probe:
+    def gated(self) -> bool:
+        return bool(getattr(ray._private.worker.global_worker.record_task_log_start, "_raydbg", False))
+
+
+@ray.remote
 def paused_here() -> int:
     x = 41
     breakpoint()
@@ -72,6 +78,13 @@ def test_each_task_start_names_its_own_task_in_the_record(cluster: tuple[Cluster
         assert (rec["task_id"], rec["attempt"], rec["held"], rec["name"]) == (tid, 0, False, "where")
         # The quick path leaves the start of the worker's last full check (<= 20 ms before).
         assert before - 1 < rec["start"] < time.time()
+
+
+def test_an_actors_worker_has_rays_own_task_start(cluster: tuple[Cluster, Any]) -> None:
+    """Actor methods are never gated: the worker that became the actor's drops the wrapper."""
+    probe = Probe.remote()  # type: ignore[attr-defined]
+    assert ray.get([probe.gated.remote() for _ in range(3)], timeout=60) == [False] * 3
+    ray.kill(probe)
 
 
 def test_a_paused_task_shows_no_raydbg_frame_through_the_gateway(
