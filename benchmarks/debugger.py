@@ -52,6 +52,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from proc_cpu import cpu_ns  # benchmarks/, this script's directory
+
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "debugger.json"
 PROTO = "@@raydbg-bench "  # prefix of the drivers' protocol lines on stdout
@@ -123,7 +125,7 @@ def driver_main(kind: str) -> None:
         if op == "tasks":
             # Wall time, and CPU time (user + sys) of this driver and of the job's workers: the
             # CPU time per task hardly depends on what the neighbours do, wall time does.
-            workers = _procs(task_workers)
+            workers = set(task_workers)
             w0, d0, t = _cpu(workers), time.process_time(), time.perf_counter()
             pids = ray.get([remote_noop.remote() for _ in range(kw["n"])], timeout=kw["timeout"])
             wall, d1, w1 = time.perf_counter() - t, time.process_time(), _cpu(workers)
@@ -162,44 +164,17 @@ def driver_main(kind: str) -> None:
     ray.shutdown()
 
 
-def _procs(pids: set[int]) -> list[Any]:
-    import psutil
-
-    out = []
-    for pid in pids:
-        try:
-            out.append(psutil.Process(pid))
-        except psutil.Error:
-            pass
-    return out
-
-
-def _cpu(procs: list[Any]) -> float:
-    import psutil
-
-    total = 0.0
-    for proc in procs:
-        try:
-            times = proc.cpu_times()
-            total += times.user + times.system
-        except psutil.Error:
-            pass
-    return total
+def _cpu(pids: set[int]) -> float:
+    """CPU seconds of these processes (schedstat: ns, where psutil counts 10 ms ticks)."""
+    return sum(cpu_ns(pid) for pid in pids) / 1e9
 
 
 def _tree_cpu() -> dict[int, float]:
-    """CPU seconds (user + sys) of every process under this one: Ray's daemons (GCS, raylet,
+    """CPU seconds of every process under this one: Ray's daemons (GCS, raylet,
     dashboard, agents), both jobs' workers and drivers, raydbg's agent."""
     import psutil
 
-    out = {}
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            times = proc.cpu_times()
-            out[proc.pid] = times.user + times.system
-        except psutil.Error:
-            pass
-    return out
+    return {proc.pid: cpu_ns(proc.pid) / 1e9 for proc in psutil.Process().children(recursive=True)}
 
 
 def _cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:

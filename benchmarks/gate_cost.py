@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from proc_cpu import cpu_ns  # benchmarks/, this script's directory
+
 REPO = Path(__file__).resolve().parents[1]
 KINDS = ("ray", "gate")
 
@@ -49,17 +51,6 @@ def swap(kind: str) -> int:
     w.record_task_log_start = gate if kind == "gate" else gate._ray_start
     time.sleep(0.05)  # one call per worker: the other worker takes the next
     return os.getpid()
-
-
-def cpu_ns(pid: int, main_only: bool) -> int:
-    tids = [str(pid)] if main_only else os.listdir(f"/proc/{pid}/task")
-    total = 0
-    for tid in tids:
-        try:
-            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
-        except OSError:
-            pass  # a thread that ended
-    return total
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
