@@ -1,4 +1,5 @@
-"""What the start gate's hook costs each task, measured in the same worker processes.
+"""What raydbg's per-task code costs, measured in the same processes: the start gate's hook in
+the workers, and the submit path in the driver.
 
     python benchmarks/gate_cost.py [--rounds N] [--tasks N] [--out PATH]
 
@@ -8,11 +9,15 @@ runs a raydbg job from this process: two workers run its no-op tasks, as in
 benchmarks/debugger.py's throughput part. Between rounds a task swaps, in both workers, Ray's
 task-start hook between raydbg's gate and Ray's own, so both kinds run in the same
 processes (same memory layout, same neighbours) and each round's pair is compared
-back to back (ABBA). Figure: the CPU time per task of the workers' main threads and of
-the whole processes (/proc/<pid>/task/*/schedstat, nanoseconds), gate minus Ray's own.
+back to back (ABBA). In the same rounds this driver's submit path (`RemoteFunction._remote`,
+`signature.flatten_args` and Ray's tracing flag) switches between what raydbg made of it and
+what it was before raydbg was activated. Figures: the CPU time per task of the workers'
+main threads and of the whole processes (/proc/<pid>/task/*/schedstat, nanoseconds) and
+of this driver (process time), raydbg's minus Ray's own.
 
 Why this and not a difference between two jobs: two drivers' workers differ by a few
-microseconds per task by themselves; here only the hook differs.
+microseconds per task by themselves (up to ~10 measured, see docs/memory.md); here only
+the code differs.
 """
 
 from __future__ import annotations
@@ -31,7 +36,8 @@ from typing import Any
 from proc_cpu import cpu_ns  # benchmarks/, this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
-KINDS = ("ray", "gate")
+KINDS = ("ray", "raydbg")
+PARTS = ("main", "all", "driver")  # the workers' main threads, their whole processes, this driver
 
 
 def noop() -> int:
@@ -48,9 +54,40 @@ def swap(kind: str) -> int:
         gate = w._raydbg_bench_gate = w.record_task_log_start
     if not getattr(gate, "_raydbg", False):
         raise RuntimeError("raydbg's start gate is not installed in this worker")
-    w.record_task_log_start = gate if kind == "gate" else gate._ray_start
+    w.record_task_log_start = gate if kind == "raydbg" else gate._ray_start
     time.sleep(0.05)  # one call per worker: the other worker takes the next
     return os.getpid()
+
+
+# Where the driver's submit path lives: (module, attribute path) of what raydbg replaces.
+SUBMIT_PATH = (
+    ("ray.remote_function", ("RemoteFunction", "_remote")),
+    ("ray._common.signature", ("flatten_args",)),
+    ("ray.util.tracing.tracing_helper", ("_global_is_tracing_enabled",)),
+)
+
+
+def submit_path() -> list[Any]:
+    """The driver's submit path as it is now (see SUBMIT_PATH)."""
+    import importlib
+
+    out = []
+    for module, attrs in SUBMIT_PATH:
+        obj: Any = importlib.import_module(module)
+        for a in attrs:
+            obj = getattr(obj, a)
+        out.append(obj)
+    return out
+
+
+def use_submit_path(values: list[Any]) -> None:
+    import importlib
+
+    for (module, attrs), value in zip(SUBMIT_PATH, values, strict=True):
+        obj: Any = importlib.import_module(module)
+        for a in attrs[:-1]:
+            obj = getattr(obj, a)
+        setattr(obj, attrs[-1], value)
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
@@ -63,8 +100,10 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     os.environ["RAY_AUTH_MODE"] = "disabled"
     tmp = tempfile.mkdtemp(prefix="rdbg-gate-", dir="/tmp")
     load_before = os.getloadavg()
+    rays_submit = submit_path()  # before raydbg's activation touches it
     ray.init(num_cpus=2, _temp_dir=tmp, include_dashboard=False, logging_level=logging.ERROR,
              log_to_driver=False, runtime_env=raydbg.runtime_env())
+    submit = {"ray": rays_submit, "raydbg": submit_path()}
     try:
         lifecycle.up()
         remote_noop, remote_swap = ray.remote(noop), ray.remote(swap)
@@ -76,10 +115,11 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
             seen: set[int] = set()
             while seen != pids:
                 seen |= set(ray.get([remote_swap.remote(kind) for _ in range(4)]))
+            use_submit_path(submit[kind])
 
         for _ in range(3):  # warm-up: workers, imports, the monitor's first flag
             ray.get([remote_noop.remote() for _ in range(2000)])
-        per_task: dict[str, list[float]] = {f"{k}.{t}": [] for k in KINDS for t in ("main", "all")}
+        per_task: dict[str, list[float]] = {f"{k}.{t}": [] for k in KINDS for t in PARTS}
         with Progress(transient=True) as progress:
             bar = progress.add_task("rounds", total=args.rounds * len(KINDS))
             for r in range(args.rounds):
@@ -87,7 +127,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
                     set_kind(kind)
                     ray.get([remote_noop.remote() for _ in range(300)])
                     before = {m: sum(cpu_ns(p, m) for p in pids) for m in (True, False)}
+                    driver = time.process_time_ns()
                     ray.get([remote_noop.remote() for _ in range(args.tasks)])
+                    per_task[f"{kind}.driver"].append((time.process_time_ns() - driver) / args.tasks / 1e3)
                     for m, name in ((True, "main"), (False, "all")):
                         spent = sum(cpu_ns(p, m) for p in pids) - before[m]
                         per_task[f"{kind}.{name}"].append(spent / args.tasks / 1e3)
@@ -95,15 +137,15 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         ray.shutdown()
     diffs = {}
-    for name in ("main", "all"):
-        d = [g - r for g, r in zip(per_task[f"gate.{name}"], per_task[f"ray.{name}"], strict=True)]
+    for name in PARTS:
+        d = [g - r for g, r in zip(per_task[f"raydbg.{name}"], per_task[f"ray.{name}"], strict=True)]
         q = statistics.quantiles(d, n=4)
         diffs[name] = {"median_us": round(statistics.median(d), 2), "q1_us": round(q[0], 2),
                        "q3_us": round(q[2], 2), "ray_us": round(statistics.median(per_task[f"ray.{name}"]), 1)}
     return {"benchmark": "gate_cost", "date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
             "command": " ".join(["python", "benchmarks/gate_cost.py", *sys.argv[1:]]),
             "load_before": [round(x, 2) for x in load_before], "rounds": args.rounds, "tasks": args.tasks,
-            "gate_minus_ray": diffs, "samples_us": per_task}
+            "raydbg_minus_ray": diffs, "samples_us": per_task}
 
 
 def main() -> int:
@@ -119,9 +161,10 @@ def main() -> int:
     args.out.write_text(json.dumps(res, indent=2) + "\n")
     load = res["load_before"][0]
     print(f"gate_cost ({res['date']}, load {load} at start{': NOT a quiet machine' if load >= 1 else ''})")
-    for name, label in (("main", "main thread"), ("all", "whole process")):
-        d = res["gate_minus_ray"][name]
-        print(f"  {label:14} Ray's own {d['ray_us']:6.1f} us/task; gate - Ray's own: {d['median_us']:+.2f} us "
+    for name, label in (("main", "workers, main thread (the gate)"), ("all", "workers, whole processes"),
+                        ("driver", "driver (the submit path)")):
+        d = res["raydbg_minus_ray"][name]
+        print(f"  {label:32} Ray's own {d['ray_us']:6.1f} us/task; raydbg - Ray's own: {d['median_us']:+.2f} us "
               f"(quartiles {d['q1_us']:+.2f} .. {d['q3_us']:+.2f})")
     print(f"wrote {args.out}")
     return 0

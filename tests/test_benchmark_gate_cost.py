@@ -1,4 +1,5 @@
-"""Smoke test: `benchmarks/gate_cost.py` swaps the gate in and out of a raydbg job's two workers and reports."""
+"""Smoke test: `benchmarks/gate_cost.py` swaps raydbg's per-task code (the gate in a job's two workers, the
+driver's submit path) in and out of the same processes and reports."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.timeout(300)
-def test_gate_cost_runs_both_kinds_in_the_same_workers(tmp_path: Path) -> None:
+def test_gate_cost_runs_both_kinds_in_the_same_processes(tmp_path: Path) -> None:
     out = tmp_path / "gate_cost.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "gate_cost.py"), "--rounds", "2", "--tasks", "300",
@@ -25,10 +26,12 @@ def test_gate_cost_runs_both_kinds_in_the_same_workers(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads(out.read_text())
     # Speed is not asserted (a shared machine is too noisy); both kinds ran, each round.
-    for key in ("ray.main", "ray.all", "gate.main", "gate.all"):
-        assert len(res["samples_us"][key]) == 2 and all(v > 0 for v in res["samples_us"][key]), key
-    assert set(res["gate_minus_ray"]) == {"main", "all"}
-    assert "gate - Ray's own" in proc.stdout
+    for kind in ("ray", "raydbg"):
+        for part in ("main", "all", "driver"):
+            key = f"{kind}.{part}"
+            assert len(res["samples_us"][key]) == 2 and all(v > 0 for v in res["samples_us"][key]), key
+    assert set(res["raydbg_minus_ray"]) == {"main", "all", "driver"}
+    assert "raydbg - Ray's own" in proc.stdout
 
 
 def test_gate_cost_refuses_a_run_too_short_to_pair() -> None:
