@@ -12,7 +12,9 @@ are medians, ratios are ratios of medians. Results: a table, and JSON (--out).
 
 1. throughput: 2,000 no-op tasks from each driver, wall clock (target raydbg/plain
    >= 0.98), and CPU time per task of the driver and the job's workers (hardly moved by
-   the neighbours on a shared machine).
+   the neighbours on a shared machine). --env-control adds plain Ray with a job-level
+   runtime_env (env_vars only): raydbg's job has one, and Ray's runtime_env alone costs
+   a no-op task about what raydbg costs in all (measured 2026-12-04; ray-project/ray#48591).
 2. CPU speed after a debug session: an actor pauses twice, is attached to, continued
    and detached; then two CPU loops run in it and in a never-debugged actor of the same
    job, alternately: "calls" (recursive fib; a tracer runs on every call) and "loop"
@@ -56,6 +58,7 @@ from proc_cpu import cpu_ns  # benchmarks/, this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "debugger.json"
+ENV_CONTROL = "plainenv"  # --env-control's driver (see there)
 PROTO = "@@raydbg-bench "  # prefix of the drivers' protocol lines on stdout
 POLL_S = 0.005
 # The CPU loops (~100 ms each untraced on a 2-core EPYC VM): "calls" is function-call heavy
@@ -109,6 +112,8 @@ def driver_main(kind: str) -> None:
         import raydbg
 
         runtime_env = raydbg.runtime_env()
+    elif kind == ENV_CONTROL:  # plain Ray, but its job has a runtime_env, as raydbg's has
+        runtime_env = {"env_vars": {"RAYDBG_BENCH_ENV_CONTROL": "1"}}
     ray.init(address=os.environ["RAY_ADDRESS"], runtime_env=runtime_env, logging_level=logging.ERROR,
              log_to_driver=False)
     remote_noop = ray.remote(noop)
@@ -339,6 +344,8 @@ class Bench:
         names = [("raydbg", "raydbg"), ("plain", "plain")]
         if self.args.control and not self.args.skip_throughput:
             names.append(("control", "plain"))  # a second plain driver: the A/A noise floor
+        if self.args.env_control and not self.args.skip_throughput:
+            names.append((ENV_CONTROL, ENV_CONTROL))
         if not self.args.skip_throughput:
             names += [(v, "raydbg") for v in self.args.variant]
         names = names[epoch % len(names):] + names[:epoch % len(names)]  # who starts first rotates
@@ -539,7 +546,7 @@ class Bench:
         )
 
         a = self.args
-        drivers = (3 if a.control else 2) + len(a.variant)
+        drivers = (3 if a.control else 2) + len(a.variant) + (1 if a.env_control else 0)
         total = 3 + (0 if a.skip_throughput else drivers * (a.epochs + a.throughput_rounds)) + (
             0 if a.skip_debug else 2 * a.rounds)
         started = time.time()
@@ -595,7 +602,7 @@ class Bench:
         s = dict(self.samples)
         for kind in ("raydbg", "builtin"):  # every attach, cold and warm together
             s[f"attach_ms.{kind}"] = s.get(f"attach_ms.{kind}.cold", []) + s.get(f"attach_ms.{kind}.warm", [])
-        for kind in ("raydbg", "plain", "control", *self.args.variant):
+        for kind in ("raydbg", "plain", "control", *self.args.variant, ENV_CONTROL):
             drv, wrk = s.get(f"task_cpu_us.driver.{kind}", []), s.get(f"task_cpu_us.workers.{kind}", [])
             if drv and wrk:
                 s[f"task_cpu_us.{kind}"] = [statistics.median(drv) + statistics.median(wrk)]
@@ -621,11 +628,18 @@ class Bench:
                                                           f"spin_wall.{loop}.{dbg}.paused")
             # never-debugged workers: raydbg's job vs plain Ray (different rounds: noisier)
             ratios[f"cpu.{loop}.idle"] = _ratio(med, f"spin.{loop}.builtin.fresh", f"spin.{loop}.raydbg.fresh")
-        for v in self.args.variant:  # the raydbg job with a part switched off, vs plain Ray
+        # the raydbg job with a part switched off, and plain Ray with a runtime_env, vs plain Ray
+        for v in [*self.args.variant, *([ENV_CONTROL] if self.args.env_control else [])]:
             ratios[f"throughput.{v}"] = _ratio(med, f"throughput.{v}", "throughput.plain")
             ratios[f"throughput.{v}.paired"] = _paired(s.get(f"throughput.{v}", []), s.get("throughput.plain", []))
             ratios.update(_ci_of(f"throughput.{v}.paired", s.get(f"throughput.{v}", []), s.get("throughput.plain", [])))
             ratios[f"task_cpu.{v}"] = _ratio(med, f"task_cpu_us.{v}", "task_cpu_us.plain")
+        if self.args.env_control:  # raydbg against a job that has a runtime_env too
+            raydbg, env = s.get("throughput.raydbg", []), s.get(f"throughput.{ENV_CONTROL}", [])
+            ratios[f"throughput.vs_{ENV_CONTROL}"] = _ratio(med, "throughput.raydbg", f"throughput.{ENV_CONTROL}")
+            ratios[f"throughput.vs_{ENV_CONTROL}.paired"] = _paired(raydbg, env)
+            ratios.update(_ci_of(f"throughput.vs_{ENV_CONTROL}.paired", raydbg, env))
+            ratios[f"task_cpu.vs_{ENV_CONTROL}"] = _ratio(med, "task_cpu_us.raydbg", f"task_cpu_us.{ENV_CONTROL}")
         ratios = {k: round(v, 4) for k, v in ratios.items()}
         # When two identical plain drivers differ at least as much, the gap is not raydbg's.
         control = ratios.get("throughput.control", float("nan"))
@@ -652,7 +666,8 @@ class Bench:
                        "control": self.args.control, "epochs": self.args.epochs,
                        "warmup": self.args.warmup, "debug_rounds": self.args.rounds, "spins": self.args.spins,
                        "loops": LOOPS, "cpus": self.args.cpus, "poll_s": POLL_S,
-                       "wait_timeout": self.args.wait_timeout, "variants": self.args.variant},
+                       "wait_timeout": self.args.wait_timeout, "variants": self.args.variant,
+                       "env_control": self.args.env_control},
             "medians": med,
             "ratios": ratios,
             "targets": TARGETS,
@@ -772,6 +787,14 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
            f"{r(f'throughput.{v}')}, {r(f'throughput.{v}.paired')} "
            f"({r(f'throughput.{v}.paired.ci_lo')}-{r(f'throughput.{v}.paired.ci_hi')}); CPU {r(f'task_cpu.{v}')}",
            "", "", "") for v, env in res["config"].get("variants", {}).items()],
+        *([(f"  plain Ray with a runtime_env (env_vars only) / plain (paired, interval)",
+            f"{r(f'throughput.{ENV_CONTROL}')}, {r(f'throughput.{ENV_CONTROL}.paired')} "
+            f"({r(f'throughput.{ENV_CONTROL}.paired.ci_lo')}-{r(f'throughput.{ENV_CONTROL}.paired.ci_hi')}); "
+            f"CPU {r(f'task_cpu.{ENV_CONTROL}')}", "", "", ""),
+           (f"  ratio raydbg / plain Ray with a runtime_env (paired, interval)",
+            f"{r(f'throughput.vs_{ENV_CONTROL}')}, {r(f'throughput.vs_{ENV_CONTROL}.paired')} "
+            f"({r(f'throughput.vs_{ENV_CONTROL}.paired.ci_lo')}-{r(f'throughput.vs_{ENV_CONTROL}.paired.ci_hi')}); "
+            f"CPU {r(f'task_cpu.vs_{ENV_CONTROL}')}", "", "", "")] if res["config"].get("env_control") else []),
         ("CPU time per task, driver + workers", _f(med, "task_cpu_us.raydbg", " us"),
          _f(med, "task_cpu_us.plain", " us") + " (plain Ray)", "", ""),
         ("  ratio raydbg / plain Ray", r("task_cpu"), "", "", ""),
@@ -846,6 +869,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--variant", action="append", default=[], metavar="NAME=KEY=VALUE[,KEY=VALUE]",
                    help="one more raydbg driver in the throughput rounds, with these environment variables "
                         "(e.g. nobudgets=RAYDBG_MEMORY_BUDGETS=0): what one part of raydbg costs")
+    p.add_argument("--env-control", action="store_true",
+                   help="one more plain driver whose job has a runtime_env (env_vars only, no raydbg), as "
+                        "raydbg's job has: Ray's own cost of a job-level runtime_env (ray-project/ray#48591)")
     p.add_argument("--skip-throughput", action="store_true", help="only the debug rounds (parts 2-4)")
     p.add_argument("--skip-debug", action="store_true", help="only the throughput rounds (part 1)")
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"JSON results (default {DEFAULT_OUT})")
@@ -863,7 +889,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def _variant(spec: str, parser: argparse.ArgumentParser) -> tuple[str, dict[str, str]]:
     name, _, env = spec.partition("=")
     pairs = [kv.partition("=") for kv in env.split(",") if kv]
-    if not name.isidentifier() or name in ("raydbg", "plain", "control") or not pairs or not all(k and eq for k, eq, _ in pairs):
+    if not name.isidentifier() or name in ("raydbg", "plain", "control", ENV_CONTROL) or not pairs or not all(k and eq for k, eq, _ in pairs):
         parser.error(f"--variant {spec!r}: expected NAME=KEY=VALUE[,KEY=VALUE] with a new NAME")
     return name, {k: v for k, _, v in pairs}
 

@@ -19,7 +19,7 @@ def test_debugger_benchmark_quick(tmp_path: Path) -> None:
     out = tmp_path / "debugger.json"
     proc = subprocess.run(
         [sys.executable, str(REPO / "benchmarks" / "debugger.py"), "--quick", "--out", str(out),
-         "--variant", "nobudgets=RAYDBG_MEMORY_BUDGETS=0"],
+         "--variant", "nobudgets=RAYDBG_MEMORY_BUDGETS=0", "--env-control", "--markdown"],
         capture_output=True, text=True, timeout=380, cwd=REPO,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -28,7 +28,8 @@ def test_debugger_benchmark_quick(tmp_path: Path) -> None:
     for key in ("throughput.raydbg", "throughput.plain", "pause.raydbg.listed.cold", "pause.raydbg.listed.warm",
                 "pause.builtin.cold", "pause.builtin.warm", "attach_ms.raydbg", "attach_ms.builtin",
                 "spin.calls.raydbg.paused", "spin.calls.raydbg.fresh", "spin.loop.builtin.paused",
-                "throughput.nobudgets", "task_cpu_us.driver.nobudgets"):
+                "throughput.nobudgets", "task_cpu_us.driver.nobudgets", "throughput.plainenv",
+                "task_cpu_us.workers.plainenv"):
         assert samples.get(key), key
     # Behaviour, not speed (a shared machine is too noisy to assert figures): raydbg removes
     # its tracer once the client has gone, Ray's built-in leaves it installed.
@@ -37,6 +38,9 @@ def test_debugger_benchmark_quick(tmp_path: Path) -> None:
     assert "Debugger benchmark" in proc.stdout
     assert res["config"]["variants"] == {"nobudgets": {"RAYDBG_MEMORY_BUDGETS": "0"}}
     assert res["ratios"]["throughput.nobudgets.paired"] > 0
+    assert res["config"]["env_control"] is True
+    assert res["ratios"]["throughput.vs_plainenv.paired"] > 0
+    assert "ratio raydbg / plain Ray with a runtime_env (paired, interval) |" in proc.stdout  # the Markdown table
 
 
 @pytest.mark.parametrize("spec", ["nobudgets", "raydbg=RAYDBG_X=1", "x=RAYDBG_X", "x=", "1x=A=1"])
