@@ -787,11 +787,11 @@ def rows(res: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
            f"{r(f'throughput.{v}')}, {r(f'throughput.{v}.paired')} "
            f"({r(f'throughput.{v}.paired.ci_lo')}-{r(f'throughput.{v}.paired.ci_hi')}); CPU {r(f'task_cpu.{v}')}",
            "", "", "") for v, env in res["config"].get("variants", {}).items()],
-        *([(f"  plain Ray with a runtime_env (env_vars only) / plain (paired, interval)",
+        *([("  plain Ray with a runtime_env (env_vars only) / plain (paired, interval)",
             f"{r(f'throughput.{ENV_CONTROL}')}, {r(f'throughput.{ENV_CONTROL}.paired')} "
             f"({r(f'throughput.{ENV_CONTROL}.paired.ci_lo')}-{r(f'throughput.{ENV_CONTROL}.paired.ci_hi')}); "
             f"CPU {r(f'task_cpu.{ENV_CONTROL}')}", "", "", ""),
-           (f"  ratio raydbg / plain Ray with a runtime_env (paired, interval)",
+           ("  ratio raydbg / plain Ray with a runtime_env (paired, interval)",
             f"{r(f'throughput.vs_{ENV_CONTROL}')}, {r(f'throughput.vs_{ENV_CONTROL}.paired')} "
             f"({r(f'throughput.vs_{ENV_CONTROL}.paired.ci_lo')}-{r(f'throughput.vs_{ENV_CONTROL}.paired.ci_hi')}); "
             f"CPU {r(f'task_cpu.vs_{ENV_CONTROL}')}", "", "", "")] if res["config"].get("env_control") else []),
