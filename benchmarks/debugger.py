@@ -102,6 +102,16 @@ class Probe:
     def tracer(self) -> str:
         return repr(sys.gettrace())
 
+    def debugger_state(self) -> dict[str, Any]:
+        """Why raydbg's tracer would still be set here (a note when it is): its own flags."""
+        import threading
+
+        dbg = sys.modules.get("raydbg.worker.debugger")
+        if dbg is None:
+            return {}
+        return {"tracing": dbg._tracing, "client_attached": dbg.client_attached(),
+                "paused_threads": len(dbg._paused_threads), "threads": [t.name for t in threading.enumerate()]}
+
 
 # --- driver subprocess: a Ray driver that runs commands read from stdin --------------------
 def driver_main(kind: str) -> None:
@@ -149,6 +159,8 @@ def driver_main(kind: str) -> None:
             return ray.get(actors[name].spin.remote(kw["loop"], kw["n"], kw["reps"]), timeout=kw["timeout"])
         if op == "tracer":
             return ray.get(actors[name].tracer.remote(), timeout=kw["timeout"])
+        if op == "debugger_state":
+            return ray.get(actors[name].debugger_state.remote(), timeout=kw["timeout"])
         if op == "kill":
             pending.pop(name, None)
             handle = actors.pop(name, None)
@@ -445,6 +457,10 @@ class Bench:
         self.add(f"tracer_left.{kind}", float(tracer != "None"))
         if tracer == "None":
             self.add(f"tracer_gone_ms.{kind}", waited * 1000)
+        elif kind == "raydbg":  # raydbg removes it once no client is attached: say why not
+            state = await drv.call("debugger_state", name="paused")
+            self.notes.append(f"raydbg's tracer still set {waited:.1f}s after the detach: {tracer}; "
+                              f"worker {state}")
 
     async def _raydbg_pause(self, pid: int, phase: str) -> None:
         from raydbg.client import GatewayError
