@@ -140,10 +140,9 @@ def driver_main(kind: str) -> None:
         if op == "tasks":
             # Wall time, and CPU time (user + sys) of this driver and of the job's workers: the
             # CPU time per task hardly depends on what the neighbours do, wall time does.
-            workers = set(task_workers)
-            w0, d0, t = _cpu(workers), time.process_time(), time.perf_counter()
+            w0, d0, t = _cpu(task_workers), time.process_time(), time.perf_counter()
             pids = ray.get([remote_noop.remote() for _ in range(kw["n"])], timeout=kw["timeout"])
-            wall, d1, w1 = time.perf_counter() - t, time.process_time(), _cpu(workers)
+            wall, d1, w1 = time.perf_counter() - t, time.process_time(), _cpu(task_workers)
             known = set(pids) <= task_workers  # else a new worker's CPU time is missing
             task_workers.update(pids)
             return {"wall": wall, "driver_cpu": d1 - d0, "workers_cpu": (w1 - w0) if known else None}
@@ -191,7 +190,8 @@ def _tree_cpu() -> dict[int, float]:
     dashboard, agents), both jobs' workers and drivers, raydbg's agent."""
     import psutil
 
-    return {proc.pid: cpu_ns(proc.pid) / 1e9 for proc in psutil.Process().children(recursive=True)}
+    ns = {proc.pid: cpu_ns(proc.pid) for proc in psutil.Process().children(recursive=True)}
+    return {pid: t / 1e9 for pid, t in ns.items() if t}  # 0: gone since it was listed
 
 
 def _cpu_delta(before: dict[int, float], after: dict[int, float]) -> float:
@@ -352,14 +352,18 @@ class Bench:
         env.update(extra or {})
         return env
 
+    def extra_drivers(self) -> list[tuple[str, str]]:
+        """(name, kind) of the throughput rounds' drivers beyond raydbg, plain and control:
+        --env-control's and the variants (raydbg with other settings)."""
+        env = [(ENV_CONTROL, ENV_CONTROL)] if self.args.env_control else []
+        return env + [(v, "raydbg") for v in self.args.variant]
+
     async def start_drivers(self, epoch: int = 0) -> None:
         names = [("raydbg", "raydbg"), ("plain", "plain")]
         if self.args.control and not self.args.skip_throughput:
             names.append(("control", "plain"))  # a second plain driver: the A/A noise floor
-        if self.args.env_control and not self.args.skip_throughput:
-            names.append((ENV_CONTROL, ENV_CONTROL))
         if not self.args.skip_throughput:
-            names += [(v, "raydbg") for v in self.args.variant]
+            names += self.extra_drivers()
         names = names[epoch % len(names):] + names[:epoch % len(names)]  # who starts first rotates
         self.drivers = {n: Driver(n, k, self.driver_env(k, self.args.variant.get(n)), self.tmp) for n, k in names}
         await asyncio.gather(*(d.start() for d in self.drivers.values()))
@@ -562,7 +566,7 @@ class Bench:
         )
 
         a = self.args
-        drivers = (3 if a.control else 2) + len(a.variant) + (1 if a.env_control else 0)
+        drivers = (3 if a.control else 2) + len(self.extra_drivers())
         total = 3 + (0 if a.skip_throughput else drivers * (a.epochs + a.throughput_rounds)) + (
             0 if a.skip_debug else 2 * a.rounds)
         started = time.time()
@@ -618,7 +622,8 @@ class Bench:
         s = dict(self.samples)
         for kind in ("raydbg", "builtin"):  # every attach, cold and warm together
             s[f"attach_ms.{kind}"] = s.get(f"attach_ms.{kind}.cold", []) + s.get(f"attach_ms.{kind}.warm", [])
-        for kind in ("raydbg", "plain", "control", *self.args.variant, ENV_CONTROL):
+        extras = [name for name, _ in self.extra_drivers()]
+        for kind in ("raydbg", "plain", "control", *extras):
             drv, wrk = s.get(f"task_cpu_us.driver.{kind}", []), s.get(f"task_cpu_us.workers.{kind}", [])
             if drv and wrk:
                 s[f"task_cpu_us.{kind}"] = [statistics.median(drv) + statistics.median(wrk)]
@@ -645,7 +650,7 @@ class Bench:
             # never-debugged workers: raydbg's job vs plain Ray (different rounds: noisier)
             ratios[f"cpu.{loop}.idle"] = _ratio(med, f"spin.{loop}.builtin.fresh", f"spin.{loop}.raydbg.fresh")
         # the raydbg job with a part switched off, and plain Ray with a runtime_env, vs plain Ray
-        for v in [*self.args.variant, *([ENV_CONTROL] if self.args.env_control else [])]:
+        for v in extras:
             ratios[f"throughput.{v}"] = _ratio(med, f"throughput.{v}", "throughput.plain")
             ratios[f"throughput.{v}.paired"] = _paired(s.get(f"throughput.{v}", []), s.get("throughput.plain", []))
             ratios.update(_ci_of(f"throughput.{v}.paired", s.get(f"throughput.{v}", []), s.get("throughput.plain", [])))

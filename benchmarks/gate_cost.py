@@ -114,9 +114,9 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     submit = {"ray": rays_submit, "raydbg": submit_path()}
     try:
         lifecycle.up()
-        remote_noop, remote_swap = ray.remote(noop), ray.remote(swap)
+        remote_swap = ray.remote(swap)
         use_submit_path(submit["ray"])
-        tasks = {"ray": ray.remote(noop_ray), "raydbg": remote_noop}
+        tasks = {"ray": ray.remote(noop_ray), "raydbg": ray.remote(noop)}
         ray.get(tasks["ray"].remote())
         use_submit_path(submit["raydbg"])
         pids = {pid for f in tasks.values() for pid in ray.get([f.remote() for _ in range(2000)])}
