@@ -1,4 +1,5 @@
-"""Adds raydbg_activate.pth to the wheel: RAY_DEBUG=1 then works with no code change."""
+"""Adds raydbg_activate.pth to the wheel: RAY_DEBUG=1 then works with no code change, and
+Ray workers take raydbg at their first task when their job activated it."""
 
 import os
 
@@ -8,8 +9,9 @@ from setuptools.command.editable_wheel import editable_wheel
 
 # One line, executed by site.py at every interpreter start: cheap, and silent if raydbg is gone.
 PTH = (
-    "import os; os.environ.get('RAY_DEBUG', '').strip().lower() in "
-    "('1', 'true', 'yes', 'on', 'raydbg') and os.environ.get('RAYDBG_DISABLE') != '1' and __import__('importlib.util').util.find_spec('raydbg') "
+    "import os; (os.environ.get('RAY_DEBUG', '').strip().lower() in "
+    "('1', 'true', 'yes', 'on', 'raydbg') or 'RAY_RAYLET_PID' in os.environ) "
+    "and os.environ.get('RAYDBG_DISABLE') != '1' and __import__('importlib.util').util.find_spec('raydbg') "
     "and __import__('raydbg._pth_hook')\n"
 )
 

@@ -1,7 +1,12 @@
-"""Activation: the runtime-env hook that puts raydbg into a job's workers, chaining user hooks."""
+"""Activation: the runtime-env hook that puts raydbg into a job's workers, chaining user hooks.
+
+Workers of an activated job get raydbg at their first task from the job's settings in the
+registry (raydbg/worker/node_hook.py), or, where they cannot, from raydbg's
+worker_process_setup_hook added to the job's runtime_env."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import Any
@@ -12,6 +17,8 @@ HOOK_NAME = "raydbg.activation.runtime_env_hook"
 SETUP_HOOK_NAME = "raydbg.worker.hook.setup_hook"
 USER_ENV_HOOK = "RAYDBG_USER_RUNTIME_ENV_HOOK"
 CHAINED_NAME = "raydbg_chained_setup_hook"  # raydbg.worker.hook.chain's wrapper
+
+log = logging.getLogger("raydbg")
 
 
 def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -24,26 +31,18 @@ def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
-    """A copy of `env` with raydbg's worker setup hook (chaining the user's) and settings."""
+    """`env` for an activated job: as it is when the workers can read raydbg's settings
+    from the registry (published once this driver connects), else a copy with raydbg's
+    worker setup hook (chaining the user's) and settings."""
     out: dict[str, Any] = dict(env or {})
     from raydbg import compat
 
     if not compat.check("driver"):  # one line; the job runs with Ray's own debugger
         return out
-    env_vars = dict(out.get("env_vars") or {})
-    for key, value in config.carried_env().items():
-        env_vars.setdefault(key, value)
-    user_hook = out.get("worker_process_setup_hook")
-    if user_hook is None or user_hook == SETUP_HOOK_NAME:
-        out["worker_process_setup_hook"] = SETUP_HOOK_NAME
-    elif isinstance(user_hook, str):
-        env_vars["RAYDBG_USER_SETUP_HOOK"] = user_hook
-        out["worker_process_setup_hook"] = SETUP_HOOK_NAME
-    elif getattr(user_hook, "__name__", "") != CHAINED_NAME:
-        from raydbg.worker.hook import chain
-
-        out["worker_process_setup_hook"] = chain(user_hook)
-    out["env_vars"] = env_vars
+    if workers_read_job_settings(out):
+        publish_job_settings_at_connect(config.carried_env())
+    else:
+        _add_setup_hook(out)
     install_driver_breakpoint()
     from raydbg.telemetry import ray_tracing
 
@@ -59,12 +58,95 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def _add_setup_hook(out: dict[str, Any]) -> None:
+    """raydbg's worker_process_setup_hook (chaining the user's) and settings in `out`."""
+    env_vars = dict(out.get("env_vars") or {})
+    for key, value in config.carried_env().items():
+        env_vars.setdefault(key, value)
+    user_hook = out.get("worker_process_setup_hook")
+    if user_hook is None or user_hook == SETUP_HOOK_NAME:
+        out["worker_process_setup_hook"] = SETUP_HOOK_NAME
+    elif isinstance(user_hook, str):
+        env_vars["RAYDBG_USER_SETUP_HOOK"] = user_hook
+        out["worker_process_setup_hook"] = SETUP_HOOK_NAME
+    elif getattr(user_hook, "__name__", "") != CHAINED_NAME:
+        from raydbg.worker.hook import chain
+
+        out["worker_process_setup_hook"] = chain(user_hook)
+    out["env_vars"] = env_vars
+
+
+# --- Workers set up at their first task, from the job's settings (no runtime_env) --------
+# raydbg's .pth offers raydbg.worker.node_hook to every Ray worker (a prestarted one
+# belongs to no job yet); at the worker's first task, it reads the record this driver
+# wrote under JOB_SETTINGS + job id, once connected, and sets raydbg up if there is one.
+PTH_NAME = "raydbg_activate.pth"
+JOB_SETTINGS = "job-settings/"
+_settings_to_publish: dict[str, str] | None = None
+
+
+def workers_read_job_settings(env: dict[str, Any]) -> bool:
+    """Whether this job's workers can take raydbg from the registry: the job chains no
+    setup hook of its own (Ray would replace the .pth's offer with it), the workers' Python
+    has raydbg's .pth (the driver's, the same install on every node), and
+    RAYDBG_WORKER_ACTIVATION is not `runtime_env`."""
+    if env.get("worker_process_setup_hook") is not None or config.worker_activation() == "runtime_env":
+        return False
+    import site
+    import sysconfig
+
+    dirs = {sysconfig.get_paths()["purelib"], *site.getsitepackages(), site.getusersitepackages()}
+    return any(os.path.exists(os.path.join(d, PTH_NAME)) for d in dirs)
+
+
+def publish_job_settings_at_connect(settings: dict[str, str]) -> None:
+    """Write `settings` (the carried environment) for this driver's job once it connects."""
+    global _settings_to_publish
+    _settings_to_publish = settings
+    from raydbg import _ray_internals
+
+    _ray_internals.after_ray_init(_publish_job_settings)
+
+
+def _publish_job_settings() -> None:
+    global _settings_to_publish
+    settings, _settings_to_publish = _settings_to_publish, None
+    if settings is None:  # this ray.init was not activated (Ray's hooks outlive a job)
+        return
+    import ray
+
+    from raydbg import registry
+
+    job = ray.get_runtime_context().get_job_id()
+    try:
+        registry.put(JOB_SETTINGS + job, {"env": settings})
+    except Exception as exc:
+        log.warning("raydbg: could not record job %s's settings; its workers run without raydbg: %s", job, exc)
+
+
+def job_settings(job_hex: str) -> dict[str, str] | None:
+    """The carried environment job `job_hex` published, or None if it did not activate
+    raydbg. A record names only carried settings (RAYDBG_*, OTEL_*, RAY_DEBUG*): anything
+    else in it is dropped, so the registry cannot set a worker's PATH or LD_PRELOAD."""
+    from raydbg import registry
+
+    record = registry.get(JOB_SETTINGS + job_hex)
+    if record is None:
+        return None
+    env = record.get("env")
+    if not isinstance(env, dict):
+        return {}
+    return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str) and config.is_carried(k)}
+
+
 def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:
     """Named by RAY_RUNTIME_ENV_HOOK; Ray calls it in the driver during ray.init()."""
     user = os.environ.get(USER_ENV_HOOK)
     if user and user != HOOK_NAME:
         env = config.load_object(user)(env)
     if not config.is_active():
+        global _settings_to_publish
+        _settings_to_publish = None
         return dict(env or {})
     return with_raydbg(env)
 

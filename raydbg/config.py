@@ -62,15 +62,34 @@ def is_secret(name: str) -> bool:
     return upper in SECRET_NAMES or any(part in upper for part in SECRET_PARTS)
 
 
+def is_carried(name: str) -> bool:
+    """A setting raydbg hands from the driver to the job's workers (RAYDBG_*, OTEL_*,
+    RAY_DEBUG*), never a secret."""
+    return (name.startswith(CARRIED_PREFIXES) or name in CARRIED_NAMES) and not is_secret(name)
+
+
 def carried_env() -> dict[str, str]:
-    """The settings to copy into a job's runtime_env env_vars (secrets left out)."""
-    out = {
-        k: v for k, v in os.environ.items() if k.startswith(CARRIED_PREFIXES) and not is_secret(k)
-    }
-    for name in CARRIED_NAMES:
-        if name in os.environ:
-            out[name] = os.environ[name]
-    return out
+    """The settings to copy to a job's workers (secrets left out)."""
+    return {k: v for k, v in os.environ.items() if is_carried(k)}
+
+
+# How workers of an activated job get raydbg: `auto` (the default) sets them up at their
+# first task from the job's settings in the registry, with no job runtime_env (Ray's costs
+# ~2 % of a no-op task's throughput, docs/memory.md), where the workers' Python has raydbg's
+# .pth; `runtime_env` always adds raydbg's worker_process_setup_hook to the job's runtime_env.
+ACTIVATION_MODES = ("auto", "runtime_env")
+
+
+def worker_activation() -> str:
+    """RAYDBG_WORKER_ACTIVATION: `auto` or `runtime_env` (anything else: a warning, `auto`)."""
+    raw = os.environ.get("RAYDBG_WORKER_ACTIVATION", "").strip().lower() or "auto"
+    if raw not in ACTIVATION_MODES:
+        import logging
+
+        logging.getLogger("raydbg").warning(
+            "raydbg: RAYDBG_WORKER_ACTIVATION=%r is not one of %s; using auto", raw, "|".join(ACTIVATION_MODES))
+        return "auto"
+    return raw
 
 
 def load_object(path: str) -> Any:

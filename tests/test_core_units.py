@@ -121,6 +121,69 @@ def test_with_raydbg_chains_user_hooks_and_carries_settings(monkeypatch: pytest.
     assert again["worker_process_setup_hook"] is hook  # idempotent, never chained twice
 
 
+def test_workers_take_raydbg_from_the_registry_unless_the_job_names_its_own_hook(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:
+    published: list[dict[str, str]] = []
+    monkeypatch.setattr(activation, "publish_job_settings_at_connect", published.append)
+    monkeypatch.setenv("RAY_DEBUG", "1")
+    monkeypatch.setenv("RAYDBG_WAIT_TIMEOUT", "5")
+    monkeypatch.delenv("RAYDBG_WORKER_ACTIVATION", raising=False)
+    assert activation.workers_read_job_settings({})  # this install's .pth is in site-packages
+    assert activation.with_raydbg({}) == {}  # no runtime_env: Ray's costs every task
+    assert published[-1]["RAYDBG_WAIT_TIMEOUT"] == "5" and published[-1]["RAY_DEBUG"] == "1"
+    # Ray would replace the .pth's offer with the job's own hook: raydbg chains it instead.
+    assert not activation.workers_read_job_settings({"worker_process_setup_hook": "my.hook"})
+    monkeypatch.setenv("RAYDBG_WORKER_ACTIVATION", "runtime_env")
+    assert not activation.workers_read_job_settings({})
+    monkeypatch.setenv("RAYDBG_WORKER_ACTIVATION", "bogus")
+    with caplog.at_level("WARNING", logger="raydbg"):
+        assert activation.workers_read_job_settings({})
+    assert "RAYDBG_WORKER_ACTIVATION='bogus' is not one of auto|runtime_env" in caplog.text
+
+
+def test_a_job_settings_record_sets_only_carried_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Anyone who can write the cluster's KV can write a record: it never sets a worker's
+    PATH, LD_PRELOAD or PYTHONPATH, nor a secret."""
+    from raydbg import registry
+
+    carried = {"RAYDBG_WAIT_TIMEOUT": "3", "OTEL_SERVICE_NAME": "svc", "RAY_DEBUG": "1"}
+    records = {
+        "job-settings/01000000": {"env": {**carried, "LD_PRELOAD": "/tmp/evil.so", "PATH": "/evil",
+                                          "PYTHONPATH": "/evil", "RAYDBG_TOKEN": "stolen", "RAYDBG_N": 5}},
+        "job-settings/02000000": {"env": "not an object"},
+    }
+    monkeypatch.setattr(registry, "get", lambda key, gcs=None: records.get(key))
+    assert activation.job_settings("01000000") == carried
+    assert activation.job_settings("02000000") == {}
+    assert activation.job_settings("03000000") is None  # a job that did not activate raydbg
+
+
+def test_the_pth_offers_raydbgs_hook_to_ray_workers_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from raydbg import _ray_internals
+    from raydbg.worker import node_hook
+
+    var = _ray_internals.SETUP_HOOK_ENV
+    monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("RAY_RAYLET_PID", "1")
+    monkeypatch.setattr(sys, "argv", ["/home/me/train.py"])  # e.g. a job supervisor's driver
+    node_hook.offer()
+    assert var not in os.environ
+    monkeypatch.setattr(sys, "argv", ["/x/ray/_private/workers/default_worker.py", "--node-ip-address=n"])
+    monkeypatch.setenv(var, "user.hook")  # Ray set it from the job's runtime_env
+    node_hook.offer()
+    assert os.environ[var] == "user.hook"
+    monkeypatch.delenv(var)
+    node_hook.offer()
+    assert os.environ[var] == node_hook.NAME
+    monkeypatch.delenv("RAY_RAYLET_PID")
+    monkeypatch.delenv(var)
+    node_hook.offer()  # not started by a raylet
+    assert var not in os.environ
+
+
 def test_enable_in_environ_keeps_a_users_hook() -> None:
     environ = {"RAY_RUNTIME_ENV_HOOK": "user.hook"}
     activation.enable_in_environ(environ)

@@ -81,6 +81,7 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
     monkeypatch.setattr(ray_tracing, "activate_driver", lambda: None)
     monkeypatch.setattr(ray_tracing, "worker_ready", lambda: None)
     monkeypatch.setattr(activation, "install_driver_breakpoint", lambda: None)
+    monkeypatch.setattr(activation, "publish_job_settings_at_connect", lambda settings: None)
     monkeypatch.setattr(hook, "install", lambda: None)
     monkeypatch.setattr(train, "install", lambda: None)
     monkeypatch.setattr(armed_breakpoints, "worker_setup", lambda: None)

@@ -187,6 +187,11 @@ def test_secrets_are_not_carried_into_a_jobs_runtime_env(monkeypatch: pytest.Mon
     assert carried_env(os.environ) == {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}
     from raydbg import activation
 
+    published: list[dict[str, str]] = []
+    monkeypatch.setattr(activation, "publish_job_settings_at_connect", published.append)
+    assert activation.with_raydbg({"env_vars": {"MINE": "1"}}) == {"env_vars": {"MINE": "1"}}
+    assert published == [plain]  # the job's settings record (workers set up at their first task)
+    monkeypatch.setenv("RAYDBG_WORKER_ACTIVATION", "runtime_env")
     env = activation.with_raydbg({"env_vars": {"MINE": "1"}})["env_vars"]
     assert not set(secrets) & set(env) and env["MINE"] == "1" and env["RAYDBG_WAIT_TIMEOUT"] == "30"
 

@@ -116,6 +116,21 @@ def user_hook_ran() -> str:
     return os.environ.get("USER_HOOK_RAN", "no")
 
 
+def worker_view() -> dict:
+    """What a task sees of raydbg: who owns breakpoint(), a carried setting, and whether a
+    process it starts inherits the setup-hook variable raydbg's .pth set for Ray."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.environ.get('__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR', ''))"],
+        capture_output=True, text=True, timeout=60,
+    ).stdout.strip()
+    return {"breakpointhook": getattr(sys.breakpointhook, "__module__", ""),
+            "wait_timeout": os.environ.get("RAYDBG_WAIT_TIMEOUT"), "child_hook_var": child}
+
+
 def cpu_loop(n: int) -> float:
     import time
 

@@ -208,6 +208,52 @@ def test_ray_debug_env_alone_activates_and_chains_user_hooks(cluster: str, tmp_p
     assert "RESULT 31" in output
 
 
+VIEW_JOB = """
+import json, os, ray
+from e2e import targets
+ray.init(address=os.environ["GCS"])
+view = ray.remote(targets.worker_view)
+own = view.options(runtime_env={"env_vars": {"RAYDBG_WAIT_TIMEOUT": "5"}})
+print("VIEW", json.dumps({"job_runtime_env": dict(ray.get_runtime_context().runtime_env),
+                          "task": ray.get(view.remote()), "own": ray.get(own.remote())}), flush=True)
+"""
+
+
+def _worker_view(cluster: str, tmp_path: Path, **env: str) -> dict[str, Any]:
+    script = tmp_path / "view.py"
+    script.write_text(textwrap.dedent(VIEW_JOB))
+    base = {k: v for k, v in os.environ.items() if k not in ("RAY_RUNTIME_ENV_HOOK", "RAYDBG_WORKER_ACTIVATION")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180,
+                         env={**base, "GCS": cluster, "PYTHONPATH": str(REPO / "tests"), **env})
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("VIEW ")), None)
+    assert line, out.stdout + out.stderr
+    return dict(json.loads(line[5:]))
+
+
+def test_an_activated_jobs_workers_take_raydbg_at_their_first_task_without_a_runtime_env(
+    cluster: str, tmp_path: Path,
+) -> None:
+    """RAY_DEBUG=1 leaves the job without a runtime_env (Ray's costs every task ~2 %); its
+    workers, prestarted ones included, set raydbg up from the job's settings. The node's
+    environment has RAY_DEBUG=1 too (this module's cluster), and a plain job's workers stay
+    Ray's: the decision is the job's."""
+    on = _worker_view(cluster, tmp_path, RAY_DEBUG="1", RAYDBG_WAIT_TIMEOUT="77")
+    assert on["job_runtime_env"] == {}
+    assert on["task"] == {"breakpointhook": "raydbg.worker.hook", "wait_timeout": "77", "child_hook_var": ""}
+    # A setting the task's own runtime_env sets keeps its value, as under a job runtime_env.
+    assert on["own"]["breakpointhook"] == "raydbg.worker.hook" and on["own"]["wait_timeout"] == "5"
+
+    plain = _worker_view(cluster, tmp_path, RAY_DEBUG="")
+    assert plain["job_runtime_env"] == {}
+    assert plain["task"]["breakpointhook"] != "raydbg.worker.hook"
+    assert plain["own"]["breakpointhook"] != "raydbg.worker.hook"
+
+    forced = _worker_view(cluster, tmp_path, RAY_DEBUG="1", RAYDBG_WAIT_TIMEOUT="77",
+                          RAYDBG_WORKER_ACTIVATION="runtime_env")
+    assert forced["job_runtime_env"]["worker_process_setup_hook"] == "raydbg.worker.hook.setup_hook"
+    assert forced["task"]["breakpointhook"] == "raydbg.worker.hook" and forced["task"]["wait_timeout"] == "77"
+
+
 def test_driver_breakpoint_is_a_local_pdb_prompt(cluster: str, tmp_path: Path) -> None:
     script = tmp_path / "driver.py"
     script.write_text("x = 41\nbreakpoint()\nprint('after', x)\n")
