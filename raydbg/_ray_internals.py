@@ -364,7 +364,7 @@ def before_first_function(fn: Callable[[str], None]) -> None:
                     logging.getLogger("raydbg").exception("raydbg: worker activation failed")
         return FunctionActorManager.get_execution_info(self, job_id, descriptor)
 
-    FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign]
+    FunctionActorManager.get_execution_info = get_execution_info  # type: ignore[method-assign,assignment]
 
 
 def worker_mode() -> str | None:
