@@ -8,9 +8,12 @@ from setuptools.command.build_py import build_py
 from setuptools.command.editable_wheel import editable_wheel
 
 # One line, executed by site.py at every interpreter start: cheap, and silent if raydbg is gone.
+# A Ray worker is recognised as in raydbg._ray_internals.is_worker_process (not imported here:
+# a process a worker starts would pay raydbg's imports).
 PTH = (
-    "import os; (os.environ.get('RAY_DEBUG', '').strip().lower() in "
-    "('1', 'true', 'yes', 'on', 'raydbg') or 'RAY_RAYLET_PID' in os.environ) "
+    "import os, sys; (os.environ.get('RAY_DEBUG', '').strip().lower() in "
+    "('1', 'true', 'yes', 'on', 'raydbg') or ('RAY_RAYLET_PID' in os.environ and "
+    "str((getattr(sys, 'argv', None) or [''])[0]).endswith('default_worker.py'))) "
     "and os.environ.get('RAYDBG_DISABLE') != '1' and __import__('importlib.util').util.find_spec('raydbg') "
     "and __import__('raydbg._pth_hook')\n"
 )
