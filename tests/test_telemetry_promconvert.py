@@ -106,17 +106,23 @@ def _snapshot(pid: int, kills: float) -> dict[str, object]:
 def test_node_text_has_each_live_process_once(tmp_path: Path) -> None:
     done = subprocess.Popen(["true"])
     done.wait()
-    pids = {os.getppid(): 3.0, 1: 5.0, done.pid: 9.0}  # the last one has exited
+    # A live process of the test's own (not its parent: an orphaned run's parent is pid 1).
+    live = subprocess.Popen(["sleep", "60"])
+    pids = {live.pid: 3.0, 1: 5.0, done.pid: 9.0}  # the last one has exited
     for pid, kills in pids.items():
         (tmp_path / f"worker-{pid}.metrics.json").write_text(json.dumps(_snapshot(pid, kills)))
-    text = prometheus_text(directory=str(tmp_path)).decode()
+    try:
+        text = prometheus_text(directory=str(tmp_path)).decode()
+    finally:
+        live.kill()
+        live.wait()
     fams = {f.name: f for f in text_string_to_metric_families(text)}
     kills = sorted(
         (s.labels["process_pid"], s.value)
         for s in fams["raydbg_memory_kills"].samples
         if s.name == "raydbg_memory_kills_total"
     )
-    assert kills == sorted([(str(os.getppid()), 3.0), ("1", 5.0)]), text
+    assert kills == sorted([(str(live.pid), 3.0), ("1", 5.0)]), text
     assert fams["raydbg_relay_active"].type == "gauge"  # an up-down counter
     assert len(fams["raydbg_relay_active"].samples) == 2
     buckets = [s for s in fams["sd_train_step_duration_seconds"].samples
