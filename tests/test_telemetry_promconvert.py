@@ -5,7 +5,6 @@ snapshot series once and skips dead processes."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Callable, Iterable
 from pathlib import Path
