@@ -89,8 +89,12 @@ def workers_read_job_settings(env: dict[str, Any]) -> bool:
     """Whether this job's workers can take raydbg from the registry: the job chains no
     setup hook of its own (Ray would replace the .pth's offer with it), the workers' Python
     has raydbg's .pth (the driver's, the same install on every node), and
-    RAYDBG_WORKER_ACTIVATION is not `runtime_env`."""
+    RAYDBG_WORKER_ACTIVATION is not `runtime_env`. Not once this process is connected: `env`
+    is then a task's or actor's runtime_env, and only the setup hook reaches its workers."""
     if env.get("worker_process_setup_hook") is not None or config.worker_activation() == "runtime_env":
+        return False
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
         return False
     import site
     import sysconfig

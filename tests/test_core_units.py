@@ -124,6 +124,8 @@ def test_with_raydbg_chains_user_hooks_and_carries_settings(monkeypatch: pytest.
 def test_workers_take_raydbg_from_the_registry_unless_the_job_names_its_own_hook(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
 ) -> None:
+    import ray
+
     published: list[dict[str, str]] = []
     monkeypatch.setattr(activation, "publish_job_settings_at_connect", published.append)
     monkeypatch.setenv("RAY_DEBUG", "1")
@@ -140,6 +142,10 @@ def test_workers_take_raydbg_from_the_registry_unless_the_job_names_its_own_hook
     with caplog.at_level("WARNING", logger="raydbg"):
         assert activation.workers_read_job_settings({})
     assert "RAYDBG_WORKER_ACTIVATION='bogus' is not one of auto|runtime_env" in caplog.text
+    # Once connected, an env is a task's or actor's (`.options(runtime_env=...)`): no job
+    # record would reach its workers.
+    monkeypatch.setattr(ray, "is_initialized", lambda: True)
+    assert not activation.workers_read_job_settings({})
 
 
 def test_a_job_settings_record_sets_only_carried_settings(monkeypatch: pytest.MonkeyPatch) -> None:
