@@ -54,7 +54,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from proc_cpu import cpu_ns  # benchmarks/, this script's directory
+from paired_stats import paired as _paired  # benchmarks/, this script's directory
+from paired_stats import paired_ci as _paired_ci
+from proc_cpu import cpu_ns
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "debugger.json"
@@ -722,31 +724,9 @@ def _ratio(med: dict[str, float], num: str, den: str) -> float:
     return med[num] / med[den]
 
 
-def _pairs(num: list[float], den: list[float]) -> list[float]:
-    return [a / b for a, b in zip(num, den, strict=False) if b]
-
-
-def _paired(num: list[float], den: list[float]) -> float:
-    pairs = _pairs(num, den)
-    return statistics.median(pairs) if pairs else float("nan")
-
-
 def _ci_of(key: str, num: list[float], den: list[float]) -> dict[str, float]:
     lo, hi = _paired_ci(num, den)
     return {f"{key}.ci_lo": lo, f"{key}.ci_hi": hi}
-
-
-def _paired_ci(num: list[float], den: list[float], draws: int = 2000) -> tuple[float, float]:
-    """95% bootstrap interval of `_paired` (rounds resampled): whether a target is inside
-    what this run's noise allows, rather than one median's luck."""
-    import random
-
-    pairs = _pairs(num, den)
-    if len(pairs) < 4:
-        return float("nan"), float("nan")
-    rng = random.Random(0)
-    meds = sorted(statistics.median(rng.choices(pairs, k=len(pairs))) for _ in range(draws))
-    return meds[int(0.025 * draws)], meds[int(0.975 * draws) - 1]
 
 
 def _free_port() -> int:
