@@ -38,7 +38,7 @@ def load(path: Path) -> dict[str, Any]:
                 raise KeyError(key)
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise BadResult(f"{path}: not a debugger.py throughput result with an A/A control ({e})") from e
-    return dict(res, path=str(path))
+    return res
 
 
 def why_not_counted(res: dict[str, Any]) -> str:
@@ -117,10 +117,11 @@ def plot(runs: list[dict[str, Any]], summ: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 3.8))
     for i, r in enumerate(runs):
         q = r["ratios"]
-        color = "tab:blue" if not why_not_counted(r) else "lightgrey"
+        counted = not why_not_counted(r)
         mid, lo, hi = q["throughput.paired"], q["throughput.paired.ci_lo"], q["throughput.paired.ci_hi"]
-        ax.errorbar(i, mid, yerr=[[mid - lo], [hi - mid]], fmt="o", color=color, capsize=3)
-        ax.plot(i + 0.2, q["throughput.control.paired"], "x", color="tab:orange" if color != "lightgrey" else color)
+        ax.errorbar(i, mid, yerr=[[mid - lo], [hi - mid]], fmt="o", capsize=3,
+                    color="tab:blue" if counted else "lightgrey")
+        ax.plot(i + 0.2, q["throughput.control.paired"], "x", color="tab:orange" if counted else "lightgrey")
     if summ["counted"]:
         m, lo, hi = summ["raydbg"]
         ax.axhspan(lo, hi, color="tab:blue", alpha=0.12, label=f"pooled, counted runs: {m:.3f} ({lo:.3f}-{hi:.3f})")
