@@ -154,7 +154,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
     with Cluster(num_cpus=2, env=dict(ENV)) as cluster:
         gw = cluster.up()
         from raydbg import _ray_internals
-        from raydbg.gang import progress as beats
+        from raydbg import progress_records as beats
 
         t = time.perf_counter()
         _ray_internals.train_runs()  # Train's state actor: absent unless RAY_TRAIN_ENABLE_STATE_TRACKING=1

@@ -5,14 +5,14 @@ from __future__ import annotations
 import sys
 
 from raydbg.activation import runtime_env
+from raydbg.version import __version__
 
-__version__ = "0.1.0"
 __all__ = ["runtime_env", "progress", "breakpoint", "__version__"]
 
 
 def progress(step: int | None = None) -> None:
     """Mark that this worker made progress (one small file write): hang detection watches it."""
-    from raydbg.gang.progress import beat
+    from raydbg.progress_records import beat
 
     beat(step)
 

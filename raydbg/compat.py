@@ -74,7 +74,7 @@ def _own_version() -> str:
     try:
         return metadata.version("raydbg")
     except metadata.PackageNotFoundError:
-        from raydbg import __version__
+        from raydbg.version import __version__
 
         return __version__
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from raydbg import _ray_internals
-from raydbg.gang import hang, pause, progress
+from raydbg import progress_records as progress
+from raydbg.gang import hang, pause
 from raydbg.records import SessionRecord, label
 from raydbg.worker import train
 

@@ -12,13 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import raydbg
 from raydbg import _ray_internals, config, registry
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer
 from raydbg.agent.token import agent_token, leave_for_local_clients
 from raydbg.private_dir import UnsafeDirError, create_new, private_dir
+from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
 
@@ -77,7 +77,7 @@ class NodeAgent:
             "node_ip": self.node_ip,
             "port": self.port,
             "pid": os.getpid(),
-            "version": raydbg.__version__,
+            "version": __version__,
             "python": platform.python_version(),  # the workers' (raydbg break add: 3.11 costs more)
             "is_head": self.is_head,
             "started_at": time.time(),
@@ -92,7 +92,7 @@ class NodeAgent:
                 "address": f"{self.node_ip}:{self.port}",
                 "node_id": self.node_id,
                 "pid": os.getpid(),
-                "version": raydbg.__version__,
+                "version": __version__,
                 # lets a local client given RAY_ADDRESS use the gateway file, without importing Ray
                 "gcs_address": self.gcs_address,
             }

@@ -12,10 +12,10 @@ from typing import Any
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-import raydbg
 from raydbg import auth, registry, telemetry, validate
 from raydbg.agent import dial, feed, relay
 from raydbg.telemetry import prometheus
+from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
 
@@ -125,7 +125,7 @@ class AgentServer:
         sessions = await self._blocking(registry.sessions)
         gateway = await self._blocking(registry.get, registry.GATEWAY)
         return web.json_response({
-            "version": raydbg.__version__,
+            "version": __version__,
             "ray_version": ray.__version__,
             "debugpy_version": debugpy.__version__,
             "gateway": (gateway or {}).get("address"),

@@ -54,7 +54,8 @@ def _train_runs() -> list[dict[str, Any]]:
 
 async def _progress(token: str, node_id: str) -> dict[Any, float]:
     try:
-        from raydbg.gang import progress, train_api
+        from raydbg import progress_records as progress
+        from raydbg.gang import train_api
 
         recs, _ = await train_api.merged_progress(SimpleNamespace(token=token, node_id=node_id))
         return progress.as_progress_map(recs)

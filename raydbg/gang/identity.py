@@ -2,7 +2,7 @@
 
 Sources, cheapest first: the raylet's children and their `ray::` process titles (psutil),
 the progress records activated Train workers write on this node when their process group
-is set up (raydbg/gang/progress.py: run name, world and local rank, world size; a file
+is set up (raydbg/progress_records.py: run name, world and local rank, world size; a file
 read per worker, no Ray call), raydbg's session records (paused threads), GCS's actor
 table (actor id, name, job; works without the dashboard), GCS task events only when a
 task worker's job is asked for. Ray Train's own state actor knows the ranks too, but
@@ -96,7 +96,7 @@ def apply_progress(ids: dict[int, dict[str, Any]], recs: Iterable[dict[str, Any]
 
 def _progress_records() -> list[dict[str, Any]]:
     try:
-        from raydbg.gang import progress
+        from raydbg import progress_records as progress
 
         return list(progress.read_all())
     except Exception:

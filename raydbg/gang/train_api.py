@@ -19,8 +19,9 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from raydbg import progress_records as progress
 from raydbg import registry
-from raydbg.gang import collect, pause, progress
+from raydbg.gang import collect, pause
 
 log = logging.getLogger("raydbg.agent")
 

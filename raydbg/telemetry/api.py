@@ -74,7 +74,7 @@ STEP_SPAN_SUFFIX = ".train.step"  # a finished training step is progress for han
 
 
 def _step_progress(attributes: Mapping[str, Any] | None) -> None:
-    from raydbg.gang.progress import beat  # one pwrite (docs/hangs.md)
+    from raydbg.progress_records import beat  # one pwrite (docs/hangs.md)
 
     step = (attributes or {}).get("train.step")
     beat(step if isinstance(step, int) else None, "span")

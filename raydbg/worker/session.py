@@ -9,10 +9,10 @@ import time
 import traceback
 from types import FrameType
 
-from raydbg import config, registry
+from raydbg import config, ray_context, registry
 from raydbg.records import SessionRecord, new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, cap_text
-from raydbg.worker import context, debugger, resume, train
+from raydbg.worker import debugger, resume, train
 
 log = logging.getLogger("raydbg.worker")
 
@@ -74,8 +74,8 @@ def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | Non
         function=frame.f_code.co_name,
         reason=reason,
         exception=exception,
-        cwd=context.cwd(),
-        **context.ray_context(),
+        cwd=ray_context.cwd(),
+        **ray_context.ray_context(),
     )
 
 

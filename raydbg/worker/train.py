@@ -1,4 +1,4 @@
-"""Ray Train in activated workers: rank identity, a pause-proof process-group timeout, pause groups.
+"""Ray Train in activated workers: a pause-proof process-group timeout, pause groups.
 
 Why the timeout is raised at creation: gloo (and NCCL's watchdog) give each collective
 the timeout the group had when the collective started; extending it later
@@ -33,27 +33,6 @@ DEFAULT_PG_TIMEOUT_S = 24 * 3600
 PAUSE_ENV = "RAYDBG_TRAIN_PAUSE"
 
 
-# --- identity ---------------------------------------------------------------------
-def identity() -> dict[str, Any]:
-    """Train fields of a session record; all None outside a Ray Train worker."""
-    out: dict[str, Any] = {
-        "train_rank": None, "train_run": None, "train_local_rank": None, "train_world_size": None,
-    }
-    if "ray.train" not in sys.modules:
-        return out
-    try:
-        import ray.train
-
-        ctx = ray.train.get_context()
-        out["train_rank"] = int(ctx.get_world_rank())
-        out["train_local_rank"] = int(ctx.get_local_rank())
-        out["train_world_size"] = int(ctx.get_world_size())
-        out["train_run"] = str(ctx.get_experiment_name())
-    except Exception:
-        pass  # not a Train worker (get_context raises), or not in its training function
-    return out
-
-
 # --- process-group timeout ----------------------------------------------------------
 def pg_timeout_s(user_timeout_s: int, env: str | None = None) -> int:
     """The timeout the group is created with: never below the user's; env 0 keeps the user's."""
@@ -70,19 +49,19 @@ def pg_timeout_s(user_timeout_s: int, env: str | None = None) -> int:
 def _after_pg_setup(kwargs: dict[str, Any]) -> None:
     log.info("raydbg: Train process group (rank %s) created with timeout %ss (RAYDBG_TRAIN_PG_TIMEOUT_S)",
              kwargs.get("world_rank"), kwargs.get("timeout_s"))
-    from raydbg.gang import progress
+    from raydbg import progress_records as progress
 
     progress.beat(0, "train.setup")  # a run stuck before its first report is still seen
 
 
 def _report_beat() -> None:
-    from raydbg.gang import progress
+    from raydbg import progress_records as progress
 
     progress.beat(None, "train.report")
 
 
 def _run_done() -> None:
-    from raydbg.gang import progress
+    from raydbg import progress_records as progress
 
     progress.done()
 

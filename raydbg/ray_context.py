@@ -1,4 +1,4 @@
-"""Who is pausing: the Ray job, task, actor, Train rank and node of the current worker."""
+"""The Ray context of the current worker: its job, task, actor, Train rank and node (no Ray import at load)."""
 
 from __future__ import annotations
 
@@ -26,10 +26,24 @@ def train_rank() -> int | None:
 
 
 def train_fields() -> dict[str, Any]:
-    """train_rank, train_local_rank, train_world_size, train_run (None outside Ray Train)."""
-    from raydbg.worker.train import identity
+    """Train fields of a session record: train_rank, train_local_rank, train_world_size,
+    train_run; all None outside a Ray Train worker or its training function."""
+    out: dict[str, Any] = {
+        "train_rank": None, "train_run": None, "train_local_rank": None, "train_world_size": None,
+    }
+    if "ray.train" not in sys.modules:
+        return out
+    try:
+        import ray.train
 
-    return identity()
+        ctx = ray.train.get_context()
+        out["train_rank"] = int(ctx.get_world_rank())
+        out["train_local_rank"] = int(ctx.get_local_rank())
+        out["train_world_size"] = int(ctx.get_world_size())
+        out["train_run"] = str(ctx.get_experiment_name())
+    except Exception:
+        pass  # not a Train worker (get_context raises), or not in its training function
+    return out
 
 
 def ray_context() -> dict[str, Any]:

@@ -5,7 +5,7 @@ process-group setup) rewrites this process's record: one `pwrite` of a fixed-siz
 to a file kept open in a per-uid 0700 directory (a few microseconds; no Ray call, no
 lock). The node's agent reads every record of its node (`read_all`); the gateway merges
 nodes and the hang detector decides from the merged view. No Ray import here at module
-level: identity comes from `raydbg.worker.context` on the first beat only.
+level: identity comes from `raydbg.ray_context` on the first beat only.
 """
 
 from __future__ import annotations
@@ -34,9 +34,9 @@ def progress_dir() -> Path:
 
 
 def _identity() -> dict[str, Any]:
-    from raydbg.worker import context
+    from raydbg import ray_context
 
-    ctx = context.ray_context()
+    ctx = ray_context.ray_context()
     return {
         "job_id": ctx.get("job_id", ""),
         "node_id": ctx.get("node_id", ""),
