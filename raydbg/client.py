@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from raydbg import auth
-from raydbg.private_dir import UnsafeDirError, check_private, open_private
+from raydbg import auth, gateway_file
+from raydbg.private_dir import UnsafeDirError
 
 if TYPE_CHECKING:
     import aiohttp
@@ -49,12 +49,8 @@ LOCAL_SESSION = Path("/tmp/ray/session_latest")
 def _local_gateway_file(session: Path, gcs_address: str | None = None) -> str | None:
     """The head agent's gateway file, read only from our own private dir in the session
     (with `gcs_address`: only if it belongs to the cluster at that address)."""
-    d = session / f"raydbg-{os.getuid()}"
     try:
-        check_private(d)
-        fd = open_private(d / "gateway.json", os.O_RDONLY)
-        with os.fdopen(fd) as f:
-            info = json.loads(f.read())
+        info = gateway_file.read(session)
         if gcs_address is not None and info.get("gcs_address") != gcs_address:
             return None
         if isinstance(info.get("pid"), int) and not _pid_alive(info["pid"]):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import platform
@@ -12,12 +11,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg import _ray_internals, config, registry
+from raydbg import _ray_internals, config, gateway_file, registry
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer
 from raydbg.agent.token import agent_token, leave_for_local_clients
-from raydbg.private_dir import UnsafeDirError, create_new, private_dir
 from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
@@ -97,7 +95,7 @@ class NodeAgent:
                 "gcs_address": self.gcs_address,
             }
             registry.put(registry.GATEWAY, gateway)
-            _write_gateway_file(gateway)
+            gateway_file.write(_ray_internals.session_dir(), gateway)
             try:
                 leave_for_local_clients(str(gateway["address"]), self.token)
             except OSError as e:  # e.g. ~/.raydbg not private: clients need --token-file
@@ -154,7 +152,7 @@ class NodeAgent:
         registry.delete(registry.AGENT + self.node_id)
         if self.is_head:
             registry.delete(registry.GATEWAY)
-            _remove_gateway_file()
+            gateway_file.remove(_ray_internals.session_dir())
 
 
 def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
@@ -181,34 +179,3 @@ def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:
         watch.error = f"could not be started: {e}"
         return None
 
-
-def _gateway_file() -> Path | None:
-    session_dir = _ray_internals.session_dir()
-    # The session dir is open to every local user: our own 0700 dir inside it.
-    return None if session_dir is None else private_dir(session_dir) / "gateway.json"
-
-
-def _remove_gateway_file() -> None:
-    try:
-        path = _gateway_file()
-        if path is not None:
-            path.unlink(missing_ok=True)
-    except Exception:
-        log.debug("raydbg: gateway file not removed", exc_info=True)
-
-
-def _write_gateway_file(gateway: dict[str, Any]) -> None:
-    """Local clients on the head find the gateway here without connecting to Ray."""
-    try:
-        path = _gateway_file()
-        if path is None:
-            return
-        tmp = path.with_name(f".gateway.json.{os.getpid()}")
-        tmp.unlink(missing_ok=True)
-        with os.fdopen(create_new(tmp), "w") as f:
-            f.write(json.dumps(gateway))
-        os.replace(tmp, path)
-    except UnsafeDirError as e:
-        log.warning("raydbg: no gateway file for local clients: %s", e)
-    except Exception:
-        log.debug("raydbg: no session dir for the gateway file", exc_info=True)
