@@ -150,10 +150,10 @@ def cost(workers: int = 50) -> dict[str, Any]:
     """CPU and wall time per refresh with `workers` Ray worker processes on the node."""
     import ray
 
-    from raydbg.memory.identity import GcsView, Resolver
     from raydbg.memory.measure import NodeMeasurer
     from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
     from raydbg.memory.policy import PolicyConfig
+    from raydbg.memory.work import GcsView, Resolver
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from raydbg.memory.identity import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
 from raydbg.memory.measure import NodeMemory, ProcMem, Roots
 from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
+from raydbg.memory.work import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -510,7 +510,7 @@ def test_a_record_matches_the_title_ray_gives_its_task() -> None:
 
 
 def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
-    from raydbg.memory.identity import merge_local
+    from raydbg.memory.work import merge_local
 
     gcs = [TaskRow("old", 0, "f", "j", "caller", 10, "n", 100.0)]
     recs = {

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
 import psutil
 
-from raydbg import registry
+from raydbg import ray_processes, registry
 
 _cache: dict[str, Any] = {"at": 0.0, "nodes": []}
 
@@ -45,16 +44,15 @@ def node_memory() -> dict[str, int]:
         return {"used": int(vm.total - vm.available), "limit": int(vm.total)}
 
 
-RAY_DAEMONS = {"ray::DashboardAgent", "ray::RuntimeEnvAgent"}
-
-
 def count_ray_workers() -> int:
-    """Workers of this node: the raylet's `ray::...` children (the agent is one of them)."""
+    """Workers of this node: the raylet's `ray::...` children but Ray's daemons (the agent
+    and Ray's I/O workers count)."""
+    prefix = ray_processes.PREFIX
     try:
-        raylet = psutil.Process(os.getppid())
-        return sum(1 for p in raylet.children() if p.name().startswith("ray::") and p.name() not in RAY_DAEMONS)
+        names = [p.name() for p in ray_processes.raylet_children()]
     except psutil.Error:
         return 0
+    return sum(1 for n in names if n.startswith(prefix) and n[len(prefix):] not in ray_processes.DAEMONS)
 
 
 def cluster_nodes() -> list[dict[str, Any]]:

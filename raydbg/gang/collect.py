@@ -15,7 +15,7 @@ from typing import Any
 import aiohttp
 
 from raydbg import registry
-from raydbg.gang import classes, identity, node
+from raydbg.gang import classes, node, worker_labels
 
 AGENT_TIMEOUT_S = 15.0
 TRAIN_WAIT_S = 1.0  # how long the merged answer waits for Train's state actor after the dumps
@@ -113,11 +113,11 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
         progress, _ = await asyncio.gather(_progress(token, self_node_id),
                                            asyncio.gather(*(ask(http, a) for a in live)))
     try:
-        labels = identity.train_labels(await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S))
+        labels = worker_labels.train_labels(await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S))
     except asyncio.TimeoutError:
         labels = {}  # still importing Ray Train: this answer goes without its labels
     for w in workers:
-        identity.apply_labels(w, labels.get((str(w.get("node_id")), int(w.get("pid") or 0))))
+        worker_labels.apply_labels(w, labels.get((str(w.get("node_id")), int(w.get("pid") or 0))))
     if run is not None:
         workers = [w for w in workers if run in (w.get("train_run"), w.get("train_run_id"))]
         if not workers:

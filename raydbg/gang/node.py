@@ -14,7 +14,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from raydbg.gang import cooperative, identity, pyspy
+from raydbg.gang import cooperative, pyspy, worker_labels
 
 PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
 
@@ -59,9 +59,9 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
                       blocking: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
     """WorkerStacks of this node's Ray workers (filtered by pids, job and run before any dump)."""
     call = blocking or (lambda fn, *a: asyncio.get_running_loop().run_in_executor(None, partial(fn, *a)))
-    ids: list[dict[str, Any]] = await call(identity.node_workers, node_id, node_ip, pids, job is not None)
+    ids: list[dict[str, Any]] = await call(worker_labels.node_workers, node_id, node_ip, pids, job is not None)
     for w in ids:
-        identity.apply_labels(w, (labels or {}).get(int(w["pid"])))
+        worker_labels.apply_labels(w, (labels or {}).get(int(w["pid"])))
     if job is not None:
         ids = [w for w in ids if w.get("job_id") == job]
     if run is not None:

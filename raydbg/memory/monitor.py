@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from raydbg.memory import node_files, settings
 from raydbg.memory.events import Metrics, kill_event
-from raydbg.memory.identity import titles
 from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.measure import NodeMeasurer, NodeMemory, ProcMem, Roots, scan
 from raydbg.memory.policy import (
@@ -34,6 +33,7 @@ from raydbg.memory.policy import (
     trigger_of,
 )
 from raydbg.memory.settings import Settings
+from raydbg.memory.work import titles
 
 log = logging.getLogger("raydbg.memory")
 
@@ -71,7 +71,7 @@ class MonitorConfig:
 
 
 class Who(Protocol):
-    """Turns the node's processes into policy candidates (identity.Resolver in production)."""
+    """Turns the node's processes into policy candidates (work.Resolver in production)."""
 
     def candidates(
         self, procs: dict[int, ProcMem], growth: dict[int, float]

@@ -372,8 +372,8 @@ def test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets(cluster: s
     with the budgets their submitters gave them."""
     import threading
 
-    from raydbg.memory.identity import GcsView, Resolver
     from raydbg.memory.measure import NodeMeasurer, scan
+    from raydbg.memory.work import GcsView, Resolver
 
     node_id = ray.get_runtime_context().get_node_id()
     named = ray.remote(max_retries=2)(targets.nap).options(name="Nap Named(x.y)").remote(8)

@@ -18,25 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from raydbg import _ray_internals
+from raydbg import _ray_internals, ray_processes
 from raydbg.memory import node_files
 from raydbg.memory.measure import ProcMem, Roots
 from raydbg.memory.policy import ACTOR, IDLE, TASK, Candidate
 
-# Ray processes that are not workers running user code: never candidates.
-SYSTEM_TITLES = frozenset(
-    {
-        "DashboardAgent",
-        "RuntimeEnvAgent",
-        "IDLE_SpillWorker",
-        "IDLE_RestoreWorker",
-        "IDLE_DeleteWorker",
-        "SpillWorker",
-        "RestoreWorker",
-        "DeleteWorker",
-        "NodeAgent",  # raydbg's own agent actor
-    }
-)
 RUNNING_STATES = frozenset({8, 9, 10})  # RUNNING, RUNNING_IN_RAY_GET, RUNNING_IN_RAY_WAIT
 DONE_STATES = frozenset({11, 12})  # FINISHED, FAILED
 NORMAL_TASK = 0
@@ -88,10 +74,7 @@ def ray_title(pid: int, roots: Roots | None = None) -> str | None:
         raw = (roots.proc / str(pid) / "cmdline").read_bytes()
     except OSError:
         return None
-    text = raw.split(b"\0", 1)[0].decode(errors="replace").strip()
-    if not text.startswith("ray::"):
-        return None
-    return text[5:].split(" ", 1)[0]
+    return ray_processes.title_name(raw.split(b"\0", 1)[0].decode(errors="replace").strip())
 
 
 def titles(pids: Iterable[int], roots: Roots | None = None) -> dict[int, str]:
@@ -135,7 +118,7 @@ def candidates(
     out: list[Candidate] = []
     for pid, title in sorted(titles.items()):
         pm = procs.get(pid)
-        if pm is None or pid in protect or title in SYSTEM_TITLES:
+        if pm is None or pid in protect or title in ray_processes.NOT_WORKERS:
             continue
         common: dict[str, Any] = {
             "pid": pid,
@@ -161,7 +144,7 @@ def candidates(
                     **common,
                 )
             )
-        elif title == "IDLE":
+        elif title == ray_processes.IDLE_TITLE:
             out.append(Candidate(kind=IDLE, start_time=pm.start_time, name="IDLE", **common))
         elif task is not None:
             out.append(
@@ -283,7 +266,7 @@ def merge_local(
     out = list(tasks)
     for pid, r in recs.items():
         title = titles.get(pid, "")
-        if title == "IDLE" or not node_files.matches_title(str(r.get("name", "")), title):
+        if title == ray_processes.IDLE_TITLE or not node_files.matches_title(str(r.get("name", "")), title):
             continue  # stale: the worker has moved on to something else
         g = newest.get(pid)
         if g is not None and g.task_id == r.get("task_id"):
@@ -327,7 +310,7 @@ class Resolver:
 
     def candidates(self, procs: dict[int, ProcMem], growth: dict[int, float]) -> list[Candidate]:
         ti = titles(procs, self.roots)
-        workers = {p for p, t in ti.items() if t not in SYSTEM_TITLES and p not in self.protect}
+        workers = {p for p, t in ti.items() if t not in ray_processes.NOT_WORKERS and p not in self.protect}
         if not workers:
             return []
         tasks: list[TaskRow] = []

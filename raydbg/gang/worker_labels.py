@@ -19,32 +19,24 @@ from typing import Any
 
 import psutil
 
-# Ray's own processes and raydbg's agent: never a user's worker.
-NOT_WORKERS = frozenset({
-    "DashboardAgent", "RuntimeEnvAgent", "NodeAgent", "IDLE_SpillWorker", "IDLE_RestoreWorker",
-    "IDLE_DeleteWorker", "SpillWorker", "RestoreWorker", "DeleteWorker",
-})
-
-
-def title_name(title: str) -> str:
-    """`ray::Actor.method` -> `Actor.method` (`ray::IDLE` -> `IDLE`)."""
-    return title[5:].split(" ", 1)[0] if title.startswith("ray::") else title
+from raydbg import ray_processes
 
 
 def node_processes(raylet_pid: int | None = None) -> dict[int, str]:
     """{pid: title name} of the raylet's worker children (the agent runs under the same raylet)."""
     try:
-        raylet = psutil.Process(raylet_pid or os.getppid())
-        children = raylet.children()
+        children = ray_processes.raylet_children(raylet_pid)
     except psutil.Error:
         return {}
     out = {}
     for p in children:
         try:
-            name = title_name(p.cmdline()[0] if p.cmdline() else p.name())
+            title = p.cmdline()[0] if p.cmdline() else p.name()
         except (psutil.Error, IndexError):
             continue
-        if name and name not in NOT_WORKERS and p.pid != os.getpid():
+        name = ray_processes.title_name(title)
+        name = title if name is None else name  # a child not titled `ray::`: its own name
+        if name and name not in ray_processes.NOT_WORKERS and p.pid != os.getpid():
             out[p.pid] = name
     return out
 
@@ -52,7 +44,8 @@ def node_processes(raylet_pid: int | None = None) -> dict[int, str]:
 def base_identity(pid: int, title: str, node_id: str, node_ip: str) -> dict[str, Any]:
     return {
         "node_id": node_id, "node_ip": node_ip, "pid": pid, "job_id": None, "actor_id": None,
-        "actor_name": None, "task_name": None if title == "IDLE" else title, "idle_worker": title == "IDLE",
+        "actor_name": None, "task_name": None if title == ray_processes.IDLE_TITLE else title,
+        "idle_worker": title == ray_processes.IDLE_TITLE,
         "train_run": None, "world_rank": None, "local_rank": None, "world_size": None,
         "paused": False, "session_ids": [], "paused_threads": [],
     }
@@ -133,7 +126,7 @@ def node_workers(node_id: str, node_ip: str, pids: set[int] | None = None,
     ids = {pid: base_identity(pid, title, node_id, node_ip) for pid, title in procs.items()}
     if not ids:
         return []
-    from raydbg.memory.identity import GcsView
+    from raydbg.memory.work import GcsView
 
     view = GcsView()
     apply_actors(ids, view.actors(node_id))
