@@ -335,7 +335,7 @@ class Bench:
 
     def start_agents(self) -> None:
         from raydbg import registry
-        from raydbg.agent import lifecycle
+        from raydbg.agent_host import lifecycle
         from raydbg.client import Gateway
 
         lifecycle.up()

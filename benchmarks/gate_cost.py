@@ -103,7 +103,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
     from rich.progress import Progress
 
     import raydbg
-    from raydbg.agent import lifecycle
+    from raydbg.agent_host import lifecycle
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     tmp = tempfile.mkdtemp(prefix="rdbg-gate-", dir="/tmp")

@@ -84,9 +84,9 @@ def driver_main(kind: str, out: str, batches: int, tasks: int) -> None:
         _instrument(out)
 
     def hook_raydbg() -> None:
-        from raydbg.worker.hook import setup_hook
+        from raydbg.activation import worker_setup_hook
 
-        setup_hook()
+        worker_setup_hook()
         _instrument(out)
 
     env: dict[str, Any] = {"worker_process_setup_hook": hook_plain}
@@ -147,7 +147,7 @@ def main() -> int:
     ctx: Any = ray.init(num_cpus=2, include_dashboard=False, _temp_dir=str(tmp / "ray"),
                         logging_level=logging.ERROR)  # fmt: skip
     try:
-        from raydbg.agent import lifecycle
+        from raydbg.agent_host import lifecycle
 
         lifecycle.up()
         base = dict(os.environ, RAY_ADDRESS=ctx.address_info["gcs_address"], RAY_DEBUG="1")

@@ -57,7 +57,7 @@ def wait_for_session(gateway: Gateway) -> str:
 if __name__ == "__main__":
     os.environ.setdefault("RAYDBG_WAIT_TIMEOUT", "120")
     ray.init(runtime_env=raydbg.runtime_env())
-    from raydbg.agent import lifecycle
+    from raydbg.agent_host import lifecycle
 
     lifecycle.up()
     gateway = Gateway.discover(address=lifecycle.gateway_address())

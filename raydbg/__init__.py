@@ -19,6 +19,6 @@ def progress(step: int | None = None) -> None:
 
 def breakpoint(all_ranks: bool = False) -> None:  # noqa: A001  (mirrors the builtin on purpose)
     """Pause here for a raydbg client; `all_ranks=True` groups the Train ranks that reach this line."""
-    from raydbg.worker.train import breakpoint_here
+    from raydbg.worker.hook import breakpoint_here
 
     breakpoint_here(sys._getframe(1), all_ranks)

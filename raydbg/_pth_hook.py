@@ -3,9 +3,8 @@
 import os
 
 from raydbg import config
-from raydbg.activation import enable_in_environ
-from raydbg.worker import node_hook
+from raydbg.activation import enable_in_environ, offer_node_hook
 
 if config.is_active():
     enable_in_environ(os.environ)  # type: ignore[arg-type]
-node_hook.offer()  # a Ray worker: raydbg at its first task if its job activated it
+offer_node_hook()  # a Ray worker: raydbg at its first task if its job activated it

@@ -326,7 +326,7 @@ def after_ray_init(fn: Callable[[], None]) -> None:
         hooks.append(fn)
 
 
-# --- Activation without a job runtime_env (raydbg/worker/node_hook.py) ------------------
+# --- Activation without a job runtime_env (raydbg.activation.node_setup_hook) ------------------
 # default_worker.py runs the setup hook this variable names after the worker connects (Ray
 # sets it from a runtime_env's `worker_process_setup_hook`). A worker is a process started
 # by the raylet (`RAY_RAYLET_PID` in its environment) running default_worker.py.

@@ -1,8 +1,10 @@
-"""Activation: the runtime-env hook that puts raydbg into a job's workers, chaining user hooks.
+"""Activation, the one place that puts raydbg into a job: the driver's runtime-env hook, the
+worker's setup hook (it composes the worker's parts and features) and the node hook.
 
 Workers of an activated job get raydbg at their first task from the job's settings in the
-registry (raydbg/worker/node_hook.py), or, where they cannot, from raydbg's
-worker_process_setup_hook added to the job's runtime_env."""
+registry (the node hook, which raydbg's .pth offers every Ray worker), or, where they
+cannot, from raydbg's worker_process_setup_hook added to the job's runtime_env. The user's
+own hooks (RAY_RUNTIME_ENV_HOOK, worker_process_setup_hook) are chained, never replaced."""
 
 from __future__ import annotations
 
@@ -14,13 +16,16 @@ from typing import Any
 from raydbg import config
 
 HOOK_NAME = "raydbg.activation.runtime_env_hook"
-SETUP_HOOK_NAME = "raydbg.worker.hook.setup_hook"
+SETUP_HOOK_NAME = "raydbg.activation.worker_setup_hook"
+NODE_HOOK_NAME = "raydbg.activation.node_setup_hook"
 USER_ENV_HOOK = "RAYDBG_USER_RUNTIME_ENV_HOOK"
-CHAINED_NAME = "raydbg_chained_setup_hook"  # raydbg.worker.hook.chain's wrapper
+USER_HOOK_ENV = "RAYDBG_USER_SETUP_HOOK"
+CHAINED_NAME = "raydbg_chained_setup_hook"  # chain()'s wrapper
 
 log = logging.getLogger("raydbg")
 
 
+# --- The driver ---------------------------------------------------------------------------
 def runtime_env(base: dict[str, Any] | None = None) -> dict[str, Any]:
     """`ray.init(runtime_env=raydbg.runtime_env())`: activate raydbg for this job.
 
@@ -67,17 +72,15 @@ def _add_setup_hook(out: dict[str, Any]) -> None:
     if user_hook is None or user_hook == SETUP_HOOK_NAME:
         out["worker_process_setup_hook"] = SETUP_HOOK_NAME
     elif isinstance(user_hook, str):
-        env_vars["RAYDBG_USER_SETUP_HOOK"] = user_hook
+        env_vars[USER_HOOK_ENV] = user_hook
         out["worker_process_setup_hook"] = SETUP_HOOK_NAME
     elif getattr(user_hook, "__name__", "") != CHAINED_NAME:
-        from raydbg.worker.hook import chain
-
         out["worker_process_setup_hook"] = chain(user_hook)
     out["env_vars"] = env_vars
 
 
 # --- Workers set up at their first task, from the job's settings (no runtime_env) --------
-# raydbg's .pth offers raydbg.worker.node_hook to every Ray worker (a prestarted one
+# raydbg's .pth offers the node hook (below) to every Ray worker (a prestarted one
 # belongs to no job yet); at the worker's first task, it reads the record this driver
 # wrote under JOB_SETTINGS + job id, once connected, and sets raydbg up if there is one.
 PTH_NAME = "raydbg_activate.pth"
@@ -176,3 +179,94 @@ def enable_in_environ(environ: dict[str, str]) -> None:
     if current and current != HOOK_NAME:
         environ[USER_ENV_HOOK] = current
     environ["RAY_RUNTIME_ENV_HOOK"] = HOOK_NAME
+
+
+# --- A worker -----------------------------------------------------------------------------
+def worker_setup_hook() -> None:
+    """Entry point named in runtime_env['worker_process_setup_hook']."""
+    from raydbg import compat
+    from raydbg.telemetry import ray_tracing
+
+    # First, whatever else is on: a call carrying trace context must never fail here.
+    ray_tracing.worker_ready()
+    # On an unsupported Ray: one line, nothing installed; breakpoint() stays Ray's.
+    if config.is_active() and compat.check("worker"):
+        _install_worker()
+    _run_user_hook()
+
+
+def _install_worker() -> None:
+    """The worker's parts and features, each with the hooks it needs."""
+    from raydbg.agent_host import lifecycle
+    from raydbg.gang import cooperative
+    from raydbg.worker import hook, session, train
+
+    hook.install()  # breakpoint() and post-mortem
+    if lifecycle.ensure_agents_for not in session.ON_PAUSE:
+        session.ON_PAUSE.append(lifecycle.ensure_agents_for)  # the node's agent and the gateway
+    cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
+    train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
+    from raydbg.breakpoints import worker as armed_breakpoints
+
+    armed_breakpoints.worker_setup()  # `raydbg break add`: arms now, then polls one KV key
+    from raydbg.memory import settings
+
+    if settings.current().budgets:
+        # Retry budgets of nested submissions + the start gate (a stat and a pwrite a task).
+        from raydbg.memory import start_gate
+
+        start_gate.worker_setup()
+
+
+def chain(user_hook: Any) -> Any:
+    """For a user hook given as a callable: a named function Ray can export (and pickle)."""
+
+    def raydbg_chained_setup_hook() -> None:
+        worker_setup_hook()
+        user_hook()
+
+    return raydbg_chained_setup_hook
+
+
+def _run_user_hook() -> None:
+    name = os.environ.get(USER_HOOK_ENV)
+    if not name:
+        return
+    config.load_object(name)()
+
+
+# --- The node hook: a Ray worker of a job with no runtime_env -------------------------------
+def offer_node_hook() -> None:
+    """In a Ray worker's interpreter start (.pth): name the node hook, unless the job's
+    runtime_env named one (Ray set the variable; raydbg's own or the user's)."""
+    from raydbg import _ray_internals
+
+    if _ray_internals.is_worker_process():
+        os.environ.setdefault(_ray_internals.SETUP_HOOK_ENV, NODE_HOOK_NAME)
+
+
+def node_setup_hook() -> None:
+    """Run by Ray after the worker connects; its job is known at its first task only."""
+    from raydbg import _ray_internals
+
+    if os.environ.get(_ray_internals.SETUP_HOOK_ENV) == NODE_HOOK_NAME:
+        # Read once; a process this worker starts (a job supervisor's driver) must not
+        # inherit it: Ray refuses a job whose own hook differs from an inherited one.
+        del os.environ[_ray_internals.SETUP_HOOK_ENV]
+    _ray_internals.before_first_function(activate_if_asked)
+
+
+def activate_if_asked(job_hex: str) -> None:
+    """raydbg's worker setup, with the job's carried settings, if the job published them.
+    A setting the worker's own runtime_env sets (job's or task's) keeps its value there, as
+    the job's runtime_env env_vars would have under it."""
+    settings = job_settings(job_hex)
+    if settings is None:
+        return
+    import ray
+
+    own = ray.get_runtime_context().runtime_env.get("env_vars") or {}
+    for key, value in settings.items():
+        if key not in own:
+            os.environ[key] = value
+    worker_setup_hook()

@@ -40,6 +40,11 @@ def wait_timeout() -> float | None:
     return value if value > 0 else None
 
 
+def agent_name(node_id: str) -> str:
+    """The name of `node_id`'s agent actor in NAMESPACE (one agent per node)."""
+    return f"raydbg-agent-{node_id}"
+
+
 def gateway_port() -> int:
     return int(os.environ.get("RAYDBG_GATEWAY_PORT", "0") or 0)
 

@@ -119,12 +119,11 @@ def test_outside_the_range_one_line_and_breakpoint_stays_builtin(
     other_ray: None, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from raydbg import activation
-    from raydbg.worker import hook
 
     env = {"env_vars": {"A": "1"}}
     assert activation.runtime_env_hook(env) == env  # the job gets no raydbg hook
-    hook.setup_hook()  # a worker: nothing installed, no exception
-    hook.setup_hook()
+    activation.worker_setup_hook()  # a worker: nothing installed, no exception
+    activation.worker_setup_hook()
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "found Ray 2.59.0" in err and "ray==2.60.0" in err
     assert sys.breakpointhook is sys.__breakpointhook__

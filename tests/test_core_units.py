@@ -168,25 +168,24 @@ def test_a_job_settings_record_sets_only_carried_settings(monkeypatch: pytest.Mo
 def test_the_pth_offers_raydbgs_hook_to_ray_workers_only(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    from raydbg import _ray_internals
-    from raydbg.worker import node_hook
+    from raydbg import _ray_internals, activation
 
     var = _ray_internals.SETUP_HOOK_ENV
     monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("RAY_RAYLET_PID", "1")
     monkeypatch.setattr(sys, "argv", ["/home/me/train.py"])  # e.g. a job supervisor's driver
-    node_hook.offer()
+    activation.offer_node_hook()
     assert var not in os.environ
     monkeypatch.setattr(sys, "argv", ["/x/ray/_private/workers/default_worker.py", "--node-ip-address=n"])
     monkeypatch.setenv(var, "user.hook")  # Ray set it from the job's runtime_env
-    node_hook.offer()
+    activation.offer_node_hook()
     assert os.environ[var] == "user.hook"
     monkeypatch.delenv(var)
-    node_hook.offer()
-    assert os.environ[var] == node_hook.NAME
+    activation.offer_node_hook()
+    assert os.environ[var] == activation.NODE_HOOK_NAME
     monkeypatch.delenv("RAY_RAYLET_PID")
     monkeypatch.delenv(var)
-    node_hook.offer()  # not started by a raylet
+    activation.offer_node_hook()  # not started by a raylet
     assert var not in os.environ
 
 

@@ -68,9 +68,10 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
 ) -> None:
     from raydbg import activation, compat, config
     from raydbg.breakpoints import worker as armed_breakpoints
+    from raydbg.gang import cooperative
     from raydbg.memory import start_gate
     from raydbg.telemetry import ray_tracing
-    from raydbg.worker import hook, train
+    from raydbg.worker import hook, session, train
 
     calls: list[str] = []
     monkeypatch.setattr(start_gate, "driver_setup", lambda: calls.append("driver"))
@@ -83,25 +84,27 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
     monkeypatch.setattr(activation, "install_driver_breakpoint", lambda: None)
     monkeypatch.setattr(activation, "publish_job_settings_at_connect", lambda settings: None)
     monkeypatch.setattr(hook, "install", lambda: None)
+    monkeypatch.setattr(cooperative, "worker_setup", lambda: None)
+    monkeypatch.setattr(session, "ON_PAUSE", [])
     monkeypatch.setattr(train, "install", lambda: None)
     monkeypatch.setattr(armed_breakpoints, "worker_setup", lambda: None)
-    monkeypatch.delenv(hook.USER_HOOK_ENV, raising=False)
+    monkeypatch.delenv(activation.USER_HOOK_ENV, raising=False)
 
     monkeypatch.setenv("RAYDBG_MEMORY_BUDGETS", "1")
     monkeypatch.setattr(settings, "_current", Settings(budgets=False))
     activation.with_raydbg({})
-    hook.setup_hook()
+    activation.worker_setup_hook()
     assert calls == []
     monkeypatch.setenv("RAYDBG_MEMORY_BUDGETS", "0")
     monkeypatch.setattr(settings, "_current", Settings(budgets=True))
     activation.with_raydbg({})
-    hook.setup_hook()
+    activation.worker_setup_hook()
     assert calls == ["driver", "worker"]
 
 
 def test_the_agent_takes_the_monitor_switch_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    from raydbg.agent import actor
     from raydbg.agent.monitor_state import MonitorWatch
+    from raydbg.agent_host import actor
 
     monkeypatch.delenv("RAYDBG_MEMORY_MONITOR", raising=False)
     monkeypatch.setattr(settings, "_current", Settings(monitor="off"))

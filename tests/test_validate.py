@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from raydbg import validate
-from raydbg.agent import dial, feed
+from raydbg import dial, validate
+from raydbg.agent import feed
 from raydbg.agent.server import AgentServer
 from raydbg.records import SessionRecord
 from raydbg.registry import stale_event_keys

@@ -2,28 +2,18 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import psutil
 
-from raydbg import ray_processes, registry
+from raydbg import ray_nodes, ray_processes, registry
 
-_cache: dict[str, Any] = {"at": 0.0, "nodes": []}
-
-
-def _ray_nodes() -> list[dict[str, Any]]:
-    # ray.nodes() is a GCS round trip; the heartbeat and the API share one answer a second.
-    if time.monotonic() - _cache["at"] > 1.0:
-        import ray
-
-        _cache["nodes"] = ray.nodes()
-        _cache["at"] = time.monotonic()
-    return list(_cache["nodes"])
+# ray.nodes() is a GCS round trip; the heartbeat and the API share one answer a second.
+NODES_MAX_AGE_S = 1.0
 
 
 def alive_node_ids() -> set[str]:
-    return {n["NodeID"] for n in _ray_nodes() if n.get("Alive")}
+    return ray_nodes.alive_node_ids(NODES_MAX_AGE_S)
 
 
 _measurer: Any = None
@@ -58,12 +48,12 @@ def count_ray_workers() -> int:
 def cluster_nodes() -> list[dict[str, Any]]:
     agents = {a["node_id"]: a for a in registry.agents()}
     out = []
-    for n in _ray_nodes():
+    for n in ray_nodes.nodes(NODES_MAX_AGE_S):
         agent = agents.get(n["NodeID"])
         out.append({
             "node_id": n["NodeID"],
             "node_ip": n.get("NodeManagerAddress"),
-            "is_head": "node:__internal_head__" in (n.get("Resources") or {}),
+            "is_head": ray_nodes.is_head(n),
             "alive": bool(n.get("Alive")),
             "memory": agent.get("memory") if agent else None,
             "gpus": agent.get("gpus", []) if agent else [],

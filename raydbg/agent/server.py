@@ -1,19 +1,21 @@
-"""The agent's aiohttp app: authenticated JSON API (gateway on the head) and the DAP relay."""
+"""The agent's aiohttp app: authenticated JSON API (gateway on the head) and the DAP relay.
+
+The core routes are here; each feature adds its own through `Feature.register` (the
+agent host lists the features: raydbg/agent_host/actor.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Callable
-from functools import partial
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from raydbg import auth, registry, telemetry, validate
-from raydbg.agent import dial, feed, relay
+from raydbg import auth, dial, registry, telemetry, validate
+from raydbg.agent import feed, relay
 from raydbg.telemetry import prometheus
 from raydbg.version import __version__
 
@@ -34,8 +36,16 @@ def public(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in rec.items() if k not in PRIVATE_FIELDS}
 
 
+class Feature(Protocol):
+    """A feature's part of the agent (a module with this function will do)."""
+
+    def register(self, agent: AgentServer, app: web.Application) -> None:
+        """Add the feature's routes (and start-up/clean-up work) to `agent`'s app."""
+
+
 class AgentServer:
-    """One per node agent. `nodes_fn` lists cluster nodes (only needed on the gateway)."""
+    """One per node agent. `nodes_fn` lists cluster nodes (only needed on the gateway);
+    `features` add their routes to the app."""
 
     def __init__(
         self,
@@ -44,6 +54,7 @@ class AgentServer:
         token: str,
         is_head: bool,
         nodes_fn: Callable[[], list[dict[str, Any]]] | None = None,
+        features: Sequence[Feature] = (),
     ) -> None:
         self.node_id = node_id
         self.node_ip = node_ip
@@ -53,13 +64,10 @@ class AgentServer:
         self.refused: Counter[str] = Counter()
         self.relays = 0
         self._busy_pids: set[int] = set()
-        self.extra_routes: list[web.RouteDef] = []
+        self.features = tuple(features)
         self.feed = feed.SessionFeed(self._public_sessions)
 
     # --- plumbing -------------------------------------------------------------
-    async def _blocking(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(None, partial(fn, *args))
-
     def refuse(self, request: web.Request, reason: str) -> None:
         self.refused[reason] += 1
         RELAY.add(1, outcome="refused", reason=reason)
@@ -105,15 +113,9 @@ class AgentServer:
             web.get("/api/v1/agents", self.agents),
             web.get("/api/v1/stream", self.stream),
             web.get("/metrics", prometheus.metrics_handler),
-            *self.extra_routes,
         ])
-        from raydbg.gang import routes, train_api
-
-        app.add_routes(routes.routes(self))  # stacks: this node's, and the cluster's on the gateway
-        train_api.register(self, app)  # continue, pause groups, progress; the gateway's hang detector
-        from raydbg.breakpoints import api as breakpoints_api
-
-        breakpoints_api.register(self, app)  # armed breakpoints: list, add, remove, replace an owner's
+        for feature in self.features:
+            feature.register(self, app)
         return app
 
     # --- JSON API -------------------------------------------------------------
@@ -121,9 +123,9 @@ class AgentServer:
         import debugpy
         import ray
 
-        agents = await self._blocking(registry.agents)
-        sessions = await self._blocking(registry.sessions)
-        gateway = await self._blocking(registry.get, registry.GATEWAY)
+        agents = await asyncio.to_thread(registry.agents)
+        sessions = await asyncio.to_thread(registry.sessions)
+        gateway = await asyncio.to_thread(registry.get, registry.GATEWAY)
         return web.json_response({
             "version": __version__,
             "ray_version": ray.__version__,
@@ -137,12 +139,12 @@ class AgentServer:
         })
 
     async def sessions(self, request: web.Request) -> web.Response:
-        recs = await self._blocking(registry.sessions)
+        recs = await asyncio.to_thread(registry.sessions)
         return web.json_response([public(r) for r in recs])
 
     async def session(self, request: web.Request) -> web.Response:
         sid = request.match_info["id"]
-        rec = await self._blocking(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
+        rec = await asyncio.to_thread(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
         if rec is None:
             return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
         return web.json_response(public(rec))
@@ -150,20 +152,20 @@ class AgentServer:
     async def nodes(self, request: web.Request) -> web.Response:
         if self.nodes_fn is None:
             return web.json_response({"error": "not the gateway"}, status=404)
-        return web.json_response(await self._blocking(self.nodes_fn))
+        return web.json_response(await asyncio.to_thread(self.nodes_fn))
 
     async def events(self, request: web.Request) -> web.Response:
         try:
             limit = max(1, min(1000, int(request.query.get("limit", "100"))))
         except ValueError:
             return web.json_response({"error": "limit must be an integer"}, status=400)
-        return web.json_response(await self._blocking(registry.events, limit))
+        return web.json_response(await asyncio.to_thread(registry.events, limit))
 
     async def agents(self, request: web.Request) -> web.Response:
-        return web.json_response(await self._blocking(registry.agents))
+        return web.json_response(await asyncio.to_thread(registry.agents))
 
     async def _public_sessions(self) -> list[dict[str, Any]]:
-        return [public(r) for r in await self._blocking(registry.sessions)]
+        return [public(r) for r in await asyncio.to_thread(registry.sessions)]
 
     async def stream(self, request: web.Request) -> web.StreamResponse:
         """Server-Sent Events: the session list whenever it changes (one poller for all clients)."""
@@ -200,7 +202,7 @@ class AgentServer:
 
     async def dap(self, request: web.Request) -> web.StreamResponse:
         sid = request.match_info["id"]
-        rec = await self._blocking(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
+        rec = await asyncio.to_thread(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
         if rec is None:
             return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
         if rec["node_id"] != self.node_id:
@@ -226,9 +228,9 @@ class AgentServer:
             self._busy_pids.discard(pid)
 
     async def _relay_remote(self, request: web.Request, rec: dict[str, Any], sid: str) -> web.StreamResponse:
-        """Relay to the agent of the session's node, at the address Ray gives (raydbg.agent.dial)."""
+        """Relay to the agent of the session's node, at the address Ray gives (raydbg.dial)."""
         try:
-            url = await self._blocking(dial.resolve, rec["node_id"], sid)
+            url = await asyncio.to_thread(dial.resolve, rec["node_id"], sid)
         except dial.DialRefused as exc:
             self.refuse(request, "dial")
             log.warning("raydbg agent: not relaying session %s: %s", sid, exc)

@@ -15,13 +15,10 @@ from typing import Any
 from aiohttp import web
 
 from raydbg import validate
+from raydbg.agent.server import AgentServer
 from raydbg.breakpoints import model, store
 
 MAX_PUT = 1000
-
-
-async def _blocking(fn: Any, *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 def _error(message: str, status: int = 400) -> web.Response:
@@ -46,7 +43,9 @@ def _listed(bps: list[model.Breakpoint]) -> dict[str, Any]:
     return {"breakpoints": store.listing(bps)}
 
 
-def register(server: Any, app: web.Application) -> None:
+def register(agent: AgentServer, app: web.Application) -> None:
+    """The breakpoint routes on the gateway's app (every agent serves them; clients use the gateway)."""
+
     async def list_all(request: web.Request) -> web.Response:
         try:
             job = _job(request)
@@ -56,7 +55,7 @@ def register(server: Any, app: web.Application) -> None:
         def read() -> dict[str, Any]:
             return _listed([bp for bp in store.load() if model.in_scope(bp, job)])
 
-        return web.json_response(await _blocking(read))
+        return web.json_response(await asyncio.to_thread(read))
 
     async def add(request: web.Request) -> web.Response:
         try:
@@ -65,12 +64,12 @@ def register(server: Any, app: web.Application) -> None:
                                job=body.get("job") if isinstance(body, dict) else None)
         except model.BadBreakpoint as exc:
             return _error(str(exc))
-        await _blocking(store.add, bp)
+        await asyncio.to_thread(store.add, bp)
         return web.json_response(model.public(bp))
 
     async def remove(request: web.Request) -> web.Response:
         bp_id = request.match_info["id"]
-        if not validate.is_id(bp_id) or not await _blocking(store.remove, bp_id):
+        if not validate.is_id(bp_id) or not await asyncio.to_thread(store.remove, bp_id):
             return _error(f"no breakpoint {validate.escape(bp_id, 64)}", 404)
         return web.json_response({"removed": bp_id})
 
@@ -91,7 +90,7 @@ def register(server: Any, app: web.Application) -> None:
         def write() -> dict[str, Any]:
             return _listed(store.replace(owner, job, wanted))
 
-        return web.json_response(await _blocking(write))
+        return web.json_response(await asyncio.to_thread(write))
 
     app.add_routes([
         web.get("/api/v1/breakpoints", list_all),

@@ -1,4 +1,4 @@
-"""Cluster-wide stacks on the gateway: Train labels once, every agent asked in parallel, merged, grouped.
+"""Cluster-wide stacks and progress on the gateway: every agent asked in parallel, merged; stacks grouped.
 
 A node that does not answer becomes an entry in `errors`; the rest of the answer stands.
 """
@@ -7,40 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from functools import partial
-from types import SimpleNamespace
 from typing import Any
 
-import aiohttp
-
-from raydbg import registry
+from raydbg import dial, progress_records, registry
 from raydbg.gang import classes, node, worker_labels
 
-AGENT_TIMEOUT_S = 15.0
+AGENT_TIMEOUT_S = 15.0  # an agent's stacks: py-spy dumps of every worker on its node
+PROGRESS_TIMEOUT_S = 5.0  # an agent's progress records: one small file read per worker
 TRAIN_WAIT_S = 1.0  # how long the merged answer waits for Train's state actor after the dumps
-
-
-async def _blocking(fn: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(None, partial(fn, *args))
-
-
-def agent_base_url(node_id: str, nodes: list[dict[str, Any]]) -> str:
-    """The one place that picks the address of another node's agent (blocking).
-
-    Same rule as the relay (raydbg/agent/dial.py): the IP from Ray's node table, the
-    port from the agent actor itself, never from a KV record alone.
-    """
-    from raydbg.agent import dial
-
-    ip, port = dial.check(node_id, nodes, dial.ask_agent(node_id))
-    return f"http://{ip}:{port}"
-
-
-def _ray_nodes() -> list[dict[str, Any]]:
-    import ray
-
-    return list(ray.nodes())
 
 
 def _train_runs() -> list[dict[str, Any]]:
@@ -52,13 +26,20 @@ def _train_runs() -> list[dict[str, Any]]:
         return []  # no Train state (or it is slow to answer): stacks without Train labels
 
 
+async def merged_progress(token: str, self_node_id: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """Beats of every node: this one read directly, the others through their agents."""
+    out: list[dict[str, Any]] = list(await asyncio.to_thread(progress_records.read_all))
+    answers, errors = await dial.ask_agents("/api/v1/progress/local", token=token, skip_node_id=self_node_id,
+                                            timeout_s=PROGRESS_TIMEOUT_S)
+    for beats in answers:
+        out.extend(beats)
+    return out, errors
+
+
 async def _progress(token: str, node_id: str) -> dict[Any, float]:
     try:
-        from raydbg import progress_records as progress
-        from raydbg.gang import train_api
-
-        recs, _ = await train_api.merged_progress(SimpleNamespace(token=token, node_id=node_id))
-        return progress.as_progress_map(recs)
+        recs, _ = await merged_progress(token, node_id)
+        return progress_records.as_progress_map(recs)
     except Exception:
         return {}
 
@@ -83,35 +64,30 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
     # knows its own ranks from the progress records and filters by run itself, so the
     # state actor's labels are only merged in afterwards (its first lookup imports
     # Ray Train: seconds, measured 4 s on a loaded 2-core machine).
-    train = asyncio.ensure_future(_blocking(_train_runs))
-    agents = await _blocking(registry.agents)
+    train = asyncio.ensure_future(asyncio.to_thread(_train_runs))
+    agents = await asyncio.to_thread(registry.agents)
     errors: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
 
-    async def ask(http: aiohttp.ClientSession, agent: dict[str, Any]) -> None:
-        nid = str(agent.get("node_id"))
-        try:
-            if nid == self_node_id:
-                got = await node.node_stacks(nid, str(agent.get("node_ip")), job=job, run=run, native=native,
-                                             use_pyspy=use_pyspy)
-            else:
-                url = await _blocking(agent_base_url, nid, nodes) + "/api/v1/node/stacks"
-                q = _query(None, job, run, native, use_pyspy)
-                async with http.get(url, params=q, headers={"Authorization": f"Bearer {token}"}) as resp:
-                    body = await resp.json(content_type=None)
-                    if resp.status != 200:
-                        raise RuntimeError(str(body.get("error") if isinstance(body, dict) else body))
-                    got = list(body["workers"])
-            workers.extend(got)
-        except Exception as exc:
-            errors.append({"node_id": nid, "error": str(exc) or type(exc).__name__})
+    own = next((a for a in agents if a.get("port") and a.get("node_id") == self_node_id), None)
 
-    live = [a for a in agents if a.get("port")]
-    nodes = await _blocking(_ray_nodes) if any(a.get("node_id") != self_node_id for a in live) else []
-    timeout = aiohttp.ClientTimeout(total=AGENT_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as http:
-        progress, _ = await asyncio.gather(_progress(token, self_node_id),
-                                           asyncio.gather(*(ask(http, a) for a in live)))
+    async def own_node() -> None:
+        if own is None:
+            return
+        try:
+            workers.extend(await node.node_stacks(self_node_id, str(own.get("node_ip")), job=job, run=run,
+                                                  native=native, use_pyspy=use_pyspy))
+        except Exception as exc:
+            errors.append({"node_id": self_node_id, "error": str(exc) or type(exc).__name__})
+
+    async def other_nodes() -> None:
+        answers, failed = await dial.ask_agents("/api/v1/node/stacks", _query(None, job, run, native, use_pyspy),
+                                                token=token, skip_node_id=self_node_id, timeout_s=AGENT_TIMEOUT_S)
+        for body in answers:
+            workers.extend(body.get("workers") or [] if isinstance(body, dict) else [])
+        errors.extend(failed)
+
+    progress, _, _ = await asyncio.gather(_progress(token, self_node_id), own_node(), other_nodes())
     try:
         labels = worker_labels.train_labels(await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S))
     except asyncio.TimeoutError:
@@ -135,3 +111,4 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
         "errors": errors,
         "took_s": round(time.monotonic() - start, 4),
     }
+

@@ -16,7 +16,9 @@ from typing import Any
 from aiohttp import web
 
 from raydbg import registry, telemetry
-from raydbg.gang import hang, pause
+from raydbg.agent.server import AgentServer
+from raydbg.gang import collect, hang
+from raydbg.worker import resume
 
 log = logging.getLogger("raydbg.agent")
 
@@ -43,11 +45,9 @@ def still_running(run: hang.RunKey, recs: list[dict[str, Any]]) -> bool:
     return any(_task_running(r.get("task_id")) for r in recs)
 
 
-async def stacks_for(server: Any, job_id: str, run: str | None) -> dict[str, Any]:
+async def stacks_for(server: AgentServer, job_id: str, run: str | None) -> dict[str, Any]:
     """Grouped stacks of the run; an error text instead when stacks cannot be taken."""
     try:
-        from raydbg.gang import collect
-
         got = await collect.cluster_stacks(job=job_id or None, run=run, token=server.token,
                                            self_node_id=server.node_id)
         return {"classes": got["classes"], "runs": got["runs"], "errors": got["errors"]}
@@ -56,37 +56,32 @@ async def stacks_for(server: Any, job_id: str, run: str | None) -> dict[str, Any
         return {"classes": [], "runs": [], "errors": [{"node_id": "", "error": str(exc)}]}
 
 
-async def record(server: Any, found: dict[str, Any]) -> dict[str, Any]:
+async def record(server: AgentServer, found: dict[str, Any]) -> dict[str, Any]:
     with telemetry.span("raydbg.gang.hang", job_id=found["job_id"], train_run=found.get("train_run") or "",
                         stalled_for_s=found["stalled_for_s"]):
         stacks = await stacks_for(server, found["job_id"], found.get("train_run"))
         HANGS.add(1, train="yes" if found.get("train_run") else "no")
         details = dict(found, **stacks)
-        loop = asyncio.get_running_loop()
-        event = await loop.run_in_executor(
-            None, lambda: registry.record_event("hang", hang.message(found), **details))
+        event = await asyncio.to_thread(lambda: registry.record_event("hang", hang.message(found), **details))
     log.warning("raydbg: %s", hang.message(found))
     return dict(event)
 
 
-async def run_forever(server: Any, hang_after: float) -> None:
-    from raydbg.gang.train_api import merged_progress
-
+async def run_forever(server: AgentServer, hang_after: float) -> None:
     decider = hang.HangDecider(hang_after)
-    loop = asyncio.get_running_loop()
     last_prune = 0.0
     while True:
         await asyncio.sleep(hang.check_every_s(hang_after))
         try:
-            beats, _ = await merged_progress(server)
-            sessions = await loop.run_in_executor(None, registry.sessions)
+            beats, _ = await collect.merged_progress(server.token, server.node_id)
+            sessions = await asyncio.to_thread(registry.sessions)
             now = time.time()
-            found = await loop.run_in_executor(None, decider.update, beats, sessions, now, still_running)
+            found = await asyncio.to_thread(decider.update, beats, sessions, now, still_running)
             for one in found:
                 await record(server, one)
             if now - last_prune > 600:
                 last_prune = now
-                await loop.run_in_executor(None, pause.prune)
+                await asyncio.to_thread(resume.prune)
         except asyncio.CancelledError:
             raise
         except Exception:
@@ -97,7 +92,7 @@ async def run_forever(server: Any, hang_after: float) -> None:
 _HANG_TASK = web.AppKey("raydbg_hang_task", asyncio.Task)
 
 
-def attach(server: Any, app: web.Application) -> None:
+def attach(server: AgentServer, app: web.Application) -> None:
     """Run the detector for the life of the gateway app."""
     key = _HANG_TASK
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
-from functools import partial
 from typing import Any
 
 from raydbg.gang import cooperative, pyspy, worker_labels
@@ -55,11 +53,10 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
 
 async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = None, job: str | None = None,
                       run: str | None = None, native: bool = False, use_pyspy: bool = True,
-                      labels: dict[int, dict[str, Any]] | None = None,
-                      blocking: Callable[..., Any] | None = None) -> list[dict[str, Any]]:
+                      labels: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """WorkerStacks of this node's Ray workers (filtered by pids, job and run before any dump)."""
-    call = blocking or (lambda fn, *a: asyncio.get_running_loop().run_in_executor(None, partial(fn, *a)))
-    ids: list[dict[str, Any]] = await call(worker_labels.node_workers, node_id, node_ip, pids, job is not None)
+    ids: list[dict[str, Any]] = await asyncio.to_thread(worker_labels.node_workers, node_id, node_ip, pids,
+                                                        job is not None)
     for w in ids:
         worker_labels.apply_labels(w, (labels or {}).get(int(w["pid"])))
     if job is not None:
@@ -75,5 +72,5 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
             return await worker_stacks(w, native, use_pyspy)
 
     out = list(await asyncio.gather(*(one(w) for w in ids)))
-    await call(cooperative.prune)  # files of workers that died since the last request
+    await asyncio.to_thread(cooperative.prune)  # files of workers that died since the last request
     return out

@@ -1,32 +1,11 @@
-"""Pause groups and resume requests: which sessions form a group, and the registry keys `continue` writes.
+"""Pause groups: which sessions form a group, and what `raydbg continue X` names (pure, records as dicts).
 
-A resume request is a registry key the paused worker polls (raydbg/worker/resume.py):
-`resume/session/<id>` for one session, `resume/group/<group>` for every rank of a
-pause-all group (kept, so a rank that reaches the line after the group was continued
-goes on too; pruned after RESUME_KEEP_S). Pure functions here take records as dicts;
-only `request_*` touch the registry.
+The resume requests `continue` writes are the worker's protocol (raydbg/worker/resume.py).
 """
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from typing import Any
-
-RESUME = "resume/"
-RESUME_SESSION = RESUME + "session/"
-RESUME_GROUP = RESUME + "group/"
-RESUME_KEEP_S = 3600.0
-
-
-def session_key(sid: str) -> str:
-    return RESUME_SESSION + sid
-
-
-def group_key(group: str) -> str:
-    return RESUME_GROUP + group
-
 
 def groups(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per pause group among `sessions`, ranks in order, newest group first."""
@@ -64,37 +43,3 @@ def resolve(target: str, sessions: list[dict[str, Any]]) -> tuple[str, list[str]
     if any(str(r.get("id")) == target for r in sessions):
         return "session", [target]
     return "", []
-
-
-def request_body() -> bytes:
-    return json.dumps({"ts": time.time(), "by_pid": os.getpid()}).encode()
-
-
-def request_session(sid: str) -> None:
-    from raydbg import registry
-
-    registry.put(session_key(sid), request_body())
-
-
-def request_group(group: str) -> None:
-    from raydbg import registry
-
-    registry.put(group_key(group), request_body())
-
-
-def prune(now: float | None = None) -> int:
-    """Drop resume requests older than RESUME_KEEP_S (their sessions are long gone)."""
-    from raydbg import registry
-
-    now = time.time() if now is None else now
-    values = registry.multi_get(registry.keys(RESUME))
-    dropped = 0
-    for k, raw in values.items():
-        try:
-            ts = float(json.loads(raw).get("ts", 0))
-        except (ValueError, AttributeError):
-            ts = 0.0
-        if now - ts > RESUME_KEEP_S:
-            registry.delete(k)
-            dropped += 1
-    return dropped

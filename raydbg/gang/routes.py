@@ -1,16 +1,24 @@
-"""HTTP routes for stacks: `GET /api/v1/node/stacks` on every agent, `GET /api/v1/stacks` on the gateway.
+"""The gang feature's HTTP routes on every agent: stacks, progress, continue and pause groups; the gateway's hang detector.
 
-  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1   this node's WorkerStacks
-  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1                    the whole cluster, grouped
+  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1   this node's WorkerStacks
+  GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1                 the whole cluster, grouped (gateway)
+  POST /api/v1/sessions/{id}/continue   resume one paused session (waiting or attached)
+  POST /api/v1/groups/{group}/continue  resume every rank of a pause-all group
+  GET  /api/v1/groups                   pause groups among the listed sessions
+  GET  /api/v1/progress/local           this node's progress beats
+  GET  /api/v1/progress                 every node's (gateway only)
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
 
 from aiohttp import web
 
-from raydbg.gang import collect, node
+from raydbg import progress_records, registry
+from raydbg.agent.server import AgentServer
+from raydbg.gang import collect, hang_service, node, pause
+from raydbg.worker import resume
 
 
 def _flag(request: web.Request, name: str, default: bool) -> bool:
@@ -31,8 +39,15 @@ def _pids(text: str | None) -> set[int] | None:
         raise BadRequest("pids must be comma-separated integers") from None
 
 
-def routes(server: Any) -> list[web.RouteDef]:
-    """The routes for `server` (an AgentServer); the cluster-wide one only on the gateway."""
+def register(agent: AgentServer, app: web.Application) -> None:
+    """The gang's routes on `agent`'s app; on the gateway, also the hang detector for the app's life."""
+    app.add_routes(stack_routes(agent) + resume_and_progress_routes(agent))
+    if agent.is_head:
+        hang_service.attach(agent, app)
+
+
+def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
+    """This node's stacks; the cluster's only on the gateway."""
 
     async def node_stacks(request: web.Request) -> web.Response:
         try:
@@ -40,20 +55,58 @@ def routes(server: Any) -> list[web.RouteDef]:
         except BadRequest as exc:
             return web.json_response({"error": str(exc)}, status=400)
         workers = await node.node_stacks(
-            server.node_id, server.node_ip, pids=pids, job=request.query.get("job") or None,
+            agent.node_id, agent.node_ip, pids=pids, job=request.query.get("job") or None,
             run=request.query.get("run") or None,
-            native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True),
-            blocking=server._blocking)
-        return web.json_response({"node_id": server.node_id, "workers": workers})
+            native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True))
+        return web.json_response({"node_id": agent.node_id, "workers": workers})
 
     async def cluster_stacks(request: web.Request) -> web.Response:
         answer = await collect.cluster_stacks(
             job=request.query.get("job") or None, run=request.query.get("run") or None,
-            native=_flag(request, "native", False), token=server.token, self_node_id=server.node_id,
+            native=_flag(request, "native", False), token=agent.token, self_node_id=agent.node_id,
             use_pyspy=_flag(request, "pyspy", True))
         return web.json_response(answer)
 
     out = [web.get("/api/v1/node/stacks", node_stacks)]
-    if server.is_head:
+    if agent.is_head:
         out.append(web.get("/api/v1/stacks", cluster_stacks))
     return out
+
+
+def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
+    async def continue_session(request: web.Request) -> web.Response:
+        sid = request.match_info["id"]
+        rec = await asyncio.to_thread(registry.get, registry.SESSION + sid)
+        if rec is None:
+            return web.json_response({"error": f"no paused session {sid}"}, status=404)
+        await asyncio.to_thread(resume.request_session, sid)
+        return web.json_response({"continued": [sid], "group": None})
+
+    async def continue_group(request: web.Request) -> web.Response:
+        gid = request.match_info["group"]
+        sessions = await asyncio.to_thread(registry.sessions)
+        kind, ids = pause.resolve(gid, sessions)
+        if kind != "group":
+            return web.json_response({"error": f"no paused session in group {gid}"}, status=404)
+        await asyncio.to_thread(resume.request_group, gid)
+        return web.json_response({"continued": ids, "group": gid})
+
+    async def groups(request: web.Request) -> web.Response:
+        return web.json_response(pause.groups(await asyncio.to_thread(registry.sessions)))
+
+    async def progress_local(request: web.Request) -> web.Response:
+        return web.json_response(await asyncio.to_thread(progress_records.read_all))
+
+    async def progress_all(request: web.Request) -> web.Response:
+        if not agent.is_head:
+            return web.json_response({"error": "not the gateway"}, status=404)
+        beats, errors = await collect.merged_progress(agent.token, agent.node_id)
+        return web.json_response({"progress": beats, "errors": errors})
+
+    return [
+        web.post("/api/v1/sessions/{id}/continue", continue_session),
+        web.post("/api/v1/groups/{group}/continue", continue_group),
+        web.get("/api/v1/groups", groups),
+        web.get("/api/v1/progress/local", progress_local),
+        web.get("/api/v1/progress", progress_all),
+    ]

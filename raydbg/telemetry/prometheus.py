@@ -138,7 +138,7 @@ async def metrics_handler(request: Any) -> Any:
     from aiohttp import web
 
     # Reading snapshot files is blocking I/O: keep it off the event loop.
-    body = await asyncio.get_running_loop().run_in_executor(None, prometheus_text)
+    body = await asyncio.to_thread(prometheus_text)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
 

@@ -5,10 +5,15 @@ One watcher thread per paused session polls the registry (RAYDBG_RESUME_POLL_S, 
 "resumed"; a thread suspended in pydevd under an attached client is resumed as a DAP
 `continue` would (with it, the other threads that stop suspended, not the other raydbg
 sessions of this worker). The attached client sees the thread run and may stay or leave.
+
+The requests are registry keys: `resume/session/<id>` for one session, `resume/group/<group>`
+for every rank of a pause-all group (kept, so a rank that reaches the line after the group
+was continued goes on too; pruned after RESUME_KEEP_S by the gateway's hang service).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sys
@@ -16,14 +21,54 @@ import threading
 import time
 
 from raydbg import registry
-from raydbg.gang.pause import group_key, session_key
 from raydbg.records import SessionRecord
 from raydbg.worker import debugger
 
 log = logging.getLogger("raydbg.worker")
 
+RESUME = "resume/"
+RESUME_SESSION = RESUME + "session/"
+RESUME_GROUP = RESUME + "group/"
+RESUME_KEEP_S = 3600.0
+
 _watchers: dict[str, _Watcher] = {}
 _lock = threading.Lock()
+
+
+def session_key(sid: str) -> str:
+    return RESUME_SESSION + sid
+
+
+def group_key(group: str) -> str:
+    return RESUME_GROUP + group
+
+
+def request_body() -> bytes:
+    return json.dumps({"ts": time.time(), "by_pid": os.getpid()}).encode()
+
+
+def request_session(sid: str) -> None:
+    registry.put(session_key(sid), request_body())
+
+
+def request_group(group: str) -> None:
+    registry.put(group_key(group), request_body())
+
+
+def prune(now: float | None = None) -> int:
+    """Drop resume requests older than RESUME_KEEP_S (their sessions are long gone)."""
+    now = time.time() if now is None else now
+    values = registry.multi_get(registry.keys(RESUME))
+    dropped = 0
+    for k, raw in values.items():
+        try:
+            ts = float(json.loads(raw).get("ts", 0))
+        except (ValueError, AttributeError):
+            ts = 0.0
+        if now - ts > RESUME_KEEP_S:
+            registry.delete(k)
+            dropped += 1
+    return dropped
 
 
 def poll_s() -> float:

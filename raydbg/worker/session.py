@@ -7,6 +7,7 @@ import os
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from types import FrameType
 
 from raydbg import config, ray_context, registry
@@ -16,6 +17,9 @@ from raydbg.worker import debugger, resume, train
 
 log = logging.getLogger("raydbg.worker")
 
+# Called with each new session's record once it is listed; activation adds the start of
+# the node's agent (a core knows no agent host).
+ON_PAUSE: list[Callable[[SessionRecord], None]] = []
 
 
 class _Metrics:
@@ -93,9 +97,8 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
     rec.breakpoint_id = breakpoint_id
     train.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started
-    from raydbg.agent.lifecycle import ensure_agents_soon
-
-    ensure_agents_soon(rec.node_id)
+    for listener in ON_PAUSE:
+        listener(rec)
     outcome = "failed"
     try:
         _listen(rec)  # attachable as soon as possible; telemetry comes after

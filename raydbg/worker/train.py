@@ -22,8 +22,9 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Callable, Sequence
-from types import FrameType, ModuleType
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import ModuleType
 from typing import Any
 
 log = logging.getLogger("raydbg.worker")
@@ -143,6 +144,16 @@ _occurrences: dict[tuple[str, int], int] = {}
 _occ_lock = threading.Lock()
 
 
+@contextmanager
+def pausing_all_ranks(on: bool) -> Iterator[None]:
+    """Within: this thread's pause groups the Train ranks that reach the same line (if `on`)."""
+    _local.all_ranks = on
+    try:
+        yield
+    finally:
+        _local.all_ranks = False
+
+
 def pause_all_requested() -> bool:
     return bool(getattr(_local, "all_ranks", False)) or (
         os.environ.get(PAUSE_ENV, "").strip().lower() == "all"
@@ -164,21 +175,3 @@ def assign_group(rec: Any) -> None:
     with _occ_lock:
         _occurrences[where] = occurrence = _occurrences.get(where, 0) + 1
     rec.group = group_id(rec.job_id, rec.train_run, where[0], where[1], occurrence)
-
-
-def breakpoint_here(frame: FrameType, all_ranks: bool) -> None:
-    """`raydbg.breakpoint()`: a raydbg session at `frame`, grouped across ranks if asked."""
-    from raydbg.worker import hook
-
-    if sys.breakpointhook is not hook.breakpointhook:
-        sys.breakpointhook()  # raydbg not active here (e.g. the driver): the ordinary hook
-        return
-    from raydbg.worker.session import pause
-
-    _local.all_ranks = all_ranks
-    try:
-        pause(frame, "breakpoint")
-    except Exception:
-        log.exception("raydbg: breakpoint() could not start a debug session; continuing")
-    finally:
-        _local.all_ranks = False

@@ -250,7 +250,7 @@ def test_an_activated_jobs_workers_take_raydbg_at_their_first_task_without_a_run
 
     forced = _worker_view(cluster, tmp_path, RAY_DEBUG="1", RAYDBG_WAIT_TIMEOUT="77",
                           RAYDBG_WORKER_ACTIVATION="runtime_env")
-    assert forced["job_runtime_env"]["worker_process_setup_hook"] == "raydbg.worker.hook.setup_hook"
+    assert forced["job_runtime_env"]["worker_process_setup_hook"] == "raydbg.activation.worker_setup_hook"
     assert forced["task"]["breakpointhook"] == "raydbg.worker.hook" and forced["task"]["wait_timeout"] == "77"
 
 

@@ -1,4 +1,4 @@
-"""The node agent actor: hosts the server (gateway on the head), the collector and heartbeats."""
+"""The node agent actor: hosts the server with its features (gateway on the head), the collector and heartbeats."""
 
 from __future__ import annotations
 
@@ -14,12 +14,16 @@ from typing import Any
 from raydbg import _ray_internals, config, gateway_file, registry
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
-from raydbg.agent.server import AgentServer
+from raydbg.agent.server import AgentServer, Feature
 from raydbg.agent.token import agent_token, leave_for_local_clients
+from raydbg.breakpoints import api as breakpoints_api
+from raydbg.gang import routes as gang_routes
 from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
 
+# The features that serve routes on every agent (and, on the gateway, their background work).
+FEATURES: tuple[Feature, ...] = (gang_routes, breakpoints_api)
 HEARTBEAT_S = 1.0
 PRUNE_EVERY_S = 60.0
 
@@ -39,7 +43,8 @@ class NodeAgent:
         self.gcs_address = ray.get_runtime_context().gcs_address
         self.token = agent_token(is_head)
         self.server = AgentServer(
-            node_id, self.node_ip, self.token, is_head, nodes_fn=nodes.cluster_nodes if is_head else None
+            node_id, self.node_ip, self.token, is_head, nodes_fn=nodes.cluster_nodes if is_head else None,
+            features=FEATURES,
         )
         self.port = 0
         self._ready = threading.Event()

@@ -1,4 +1,4 @@
-"""Starting and stopping node agents: explicitly (`raydbg up/down`) or on a worker's first pause."""
+"""Starting and stopping node agents: explicitly (`raydbg up/down`) or on a worker's first pause (its listener)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import threading
 import time
 from typing import Any
 
-from raydbg import registry
-from raydbg.config import NAMESPACE
+from raydbg import ray_nodes, registry
+from raydbg.config import NAMESPACE, agent_name
+from raydbg.ray_nodes import head_node_id
+from raydbg.records import SessionRecord
 
 log = logging.getLogger("raydbg")
 
@@ -16,25 +18,12 @@ _ensured: set[str] = set()
 _ensure_lock = threading.Lock()
 
 
-def agent_name(node_id: str) -> str:
-    return f"raydbg-agent-{node_id}"
-
-
-def head_node_id() -> str | None:
-    import ray
-
-    for n in ray.nodes():
-        if n.get("Alive") and "node:__internal_head__" in (n.get("Resources") or {}):
-            return str(n["NodeID"])
-    return None
-
-
 def ensure_agent(node_id: str, is_head: bool) -> Any:
     """Get or create the agent actor of `node_id` (idempotent, race-free by name)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    from raydbg.agent.actor import NodeAgent
+    from raydbg.agent_host.actor import NodeAgent
 
     actor_cls = ray.remote(NodeAgent)
     return actor_cls.options(  # type: ignore[attr-defined]
@@ -49,6 +38,11 @@ def ensure_agent(node_id: str, is_head: bool) -> Any:
         # The agent must not run a job's hooks or take over its own breakpoints.
         runtime_env={"env_vars": {"RAY_DEBUG": "0", "RAYDBG_AGENT": "1"}},
     ).remote(node_id, is_head)
+
+
+def ensure_agents_for(rec: SessionRecord) -> None:
+    """A session opened (the worker's pause listener): its node's agent and the gateway."""
+    ensure_agents_soon(rec.node_id)
 
 
 def ensure_agents_soon(node_id: str) -> None:
@@ -78,7 +72,7 @@ def up(timeout: float = 60.0) -> list[dict[str, Any]]:
     import ray
 
     head = head_node_id()
-    alive = [n["NodeID"] for n in ray.nodes() if n.get("Alive")]
+    alive = [str(n["NodeID"]) for n in ray_nodes.nodes() if n.get("Alive")]
     handles = [ensure_agent(nid, nid == head) for nid in alive]
     ray.get([h.ping.remote() for h in handles], timeout=timeout)
     deadline = time.monotonic() + timeout

@@ -1,4 +1,4 @@
-"""Which node agent the gateway's relay may dial: addresses from Ray, never from a KV record alone.
+"""Reaching other nodes' agents: which address may be dialled (from Ray, never from a KV record alone), one fan-out.
 
 Anyone who can write the GCS KV can write `agent/<node_id>`; dialling what it says would
 hand the cluster token (and the debug session) to whoever listens there. So the IP comes
@@ -8,10 +8,14 @@ NodeManagerAddress) and the port from the agent actor itself, asked through Ray.
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 from typing import Any
 
+import aiohttp
 from yarl import URL
+
+from raydbg import config, ray_nodes, registry
 
 ASK_TIMEOUT_S = 5.0
 
@@ -54,11 +58,8 @@ def ask_agent(node_id: str) -> dict[str, Any] | None:
     """The agent actor's own record (blocking Ray call); None if there is none."""
     import ray
 
-    from raydbg.agent.lifecycle import agent_name
-    from raydbg.config import NAMESPACE
-
     try:
-        handle = ray.get_actor(agent_name(node_id), namespace=NAMESPACE)
+        handle = ray.get_actor(config.agent_name(node_id), namespace=config.NAMESPACE)
         info: Any = ray.get(handle.info.remote(), timeout=ASK_TIMEOUT_S)
     except Exception:
         return None
@@ -67,7 +68,40 @@ def ask_agent(node_id: str) -> dict[str, Any] | None:
 
 def resolve(node_id: str, sid: str) -> str:
     """The relay URL of session `sid` on node `node_id`'s agent, or DialRefused (blocking)."""
-    import ray
-
-    ip, port = check(node_id, ray.nodes(), ask_agent(node_id))
+    ip, port = check(node_id, ray_nodes.nodes(), ask_agent(node_id))
     return relay_url(ip, port, sid)
+
+
+def agent_base_url(node_id: str, nodes: list[dict[str, Any]]) -> str:
+    """`http://ip:port` of another node's agent, by the relay's rule above (blocking)."""
+    ip, port = check(node_id, nodes, ask_agent(node_id))
+    return f"http://{ip}:{port}"
+
+
+async def ask_agents(path: str, params: dict[str, str] | None = None, *, token: str, skip_node_id: str = "",
+                     timeout_s: float) -> tuple[list[Any], list[dict[str, str]]]:
+    """GET `path` from every registered agent but `skip_node_id`'s, in parallel: the JSON
+    answers, and one `{"node_id", "error"}` per agent that could not be reached or refused."""
+    agents = await asyncio.to_thread(registry.agents)
+    others = [a for a in agents if a.get("port") and a.get("node_id") != skip_node_id]
+    if not others:
+        return [], []
+    nodes = await asyncio.to_thread(ray_nodes.nodes)
+    answers: list[Any] = []
+    errors: list[dict[str, str]] = []
+    headers = {"Authorization": f"Bearer {token}"}
+
+    async def one(http: aiohttp.ClientSession, node_id: str) -> None:
+        try:
+            url = await asyncio.to_thread(agent_base_url, node_id, nodes) + path
+            async with http.get(url, params=params, headers=headers) as resp:
+                body = await resp.json(content_type=None)
+                if resp.status != 200:
+                    raise RuntimeError(str(body.get("error") if isinstance(body, dict) else body))
+                answers.append(body)
+        except Exception as exc:
+            errors.append({"node_id": node_id, "error": str(exc) or type(exc).__name__})
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+        await asyncio.gather(*(one(http, str(a.get("node_id"))) for a in others))
+    return answers, errors
