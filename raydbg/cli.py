@@ -14,19 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from raydbg import records
-from raydbg.client import Gateway, GatewayError
-
-
-class UserError(Exception):
-    """Printed as one line, exit code 1, no traceback."""
-
-
-def _gateway(args: argparse.Namespace) -> Gateway:
-    return Gateway.discover(getattr(args, "address", None), getattr(args, "token_file", None))
-
-
-def _print_json(data: Any) -> None:
-    print(json.dumps(data, indent=2, sort_keys=True))
+from raydbg.client import GatewayError
+from raydbg.commands.base import UserError, add_gateway_args, gateway_from_args, print_json
 
 
 # --- run / up / down ------------------------------------------------------------
@@ -60,7 +49,7 @@ def _connect_ray() -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from raydbg import compat
-    from raydbg.agent import lifecycle
+    from raydbg.agent_host import lifecycle
 
     if compat.problem():  # no agent on a Ray whose internals raydbg was not written for
         raise UserError(str(compat.problem()))
@@ -70,14 +59,14 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     gateway = registry.get(registry.GATEWAY) or {}
     if args.json:
-        _print_json({"gateway": gateway.get("address"), "agents": agents})
+        print_json({"gateway": gateway.get("address"), "agents": agents})
     else:
         print(f"raydbg up: {len(agents)} agent(s); gateway {gateway.get('address')}")
     return 0
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    from raydbg.agent import lifecycle
+    from raydbg.agent_host import lifecycle
 
     _connect_ray()
     print(f"raydbg down: stopped {lifecycle.down()} agent(s)")
@@ -86,10 +75,10 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 # --- status / list ----------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     status = asyncio.run(gw.status())
     if args.json:
-        _print_json(status)
+        print_json(status)
         return 0
     print(f"raydbg {status['version']} active: gateway {status['gateway']} "
           f"(ray {status['ray_version']}, debugpy {status['debugpy_version']})")
@@ -128,11 +117,11 @@ def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
 def cmd_list(args: argparse.Namespace) -> int:
     from raydbg.gang import cli_train
 
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     # Ranks held by a paused Train rank (the gateway's stacks, asked only for Train sessions).
     recs = asyncio.run(cli_train.with_held(gw, asyncio.run(gw.sessions())))
     if args.json:
-        _print_json(recs)
+        print_json(recs)
         return 0
     if not recs:
         print("no paused sessions")
@@ -159,11 +148,11 @@ def _print_event(ev: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     events = asyncio.run(gw.events(args.limit))
     if not args.follow:
         if args.json:
-            _print_json(events)
+            print_json(events)
         elif not events:
             print("no events")
         for ev in [] if args.json else reversed(events):
@@ -187,7 +176,7 @@ def cmd_forward(args: argparse.Namespace) -> int:
     from raydbg.session_ids import resolve_session
 
     async def serve() -> None:
-        gw = _gateway(args)
+        gw = gateway_from_args(args)
         sid = await resolve_session(gw, args.session_id)  # any unique prefix of the id
         fwd = Forwarder(gw, sid, args.port)
         port = await fwd.start()
@@ -211,7 +200,7 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
     from raydbg import auth
     from raydbg.telemetry.prometheus import scrape_config, write_file_sd
 
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     agents = asyncio.run(gw.get("/api/v1/agents"))
     path = write_file_sd(args.file_sd, agents)
     token_file = args.token_file or str(auth.token_file_for(gw.address))
@@ -221,13 +210,6 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
 
 
 # --- parser -----------------------------------------------------------------------
-def _common(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
-    p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
-    p.add_argument("--token-file", help="file holding the raydbg token")
-    if json_flag:
-        p.add_argument("--json", action="store_true", help="print JSON")
-
-
 Registrar = Callable[[Any], None]
 
 
@@ -242,24 +224,24 @@ def _register_core(sub: Any) -> None:
     p = sub.add_parser("down", help="stop raydbg's node agents")
     p.set_defaults(fn=cmd_down)
     p = sub.add_parser("status", help="is raydbg active: agents, gateway, sessions, versions")
-    _common(p)
+    add_gateway_args(p)
     p.set_defaults(fn=cmd_status)
     p = sub.add_parser("list", help="paused debug sessions, cluster-wide")
-    _common(p)
+    add_gateway_args(p)
     p.set_defaults(fn=cmd_list)
     p = sub.add_parser("events", help="memory-monitor kills and session events (oldest first)")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--follow", action="store_true", help="keep printing new events")
-    _common(p)
+    add_gateway_args(p)
     p.set_defaults(fn=cmd_events)
     p = sub.add_parser("forward", help="a local port any DAP client can attach to")
     p.add_argument("session_id", help="session id or any unique prefix of it (see `raydbg list`)")
     p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port)")
-    _common(p, json_flag=False)
+    add_gateway_args(p, json_flag=False)
     p.set_defaults(fn=cmd_forward)
     p = sub.add_parser("prometheus", help="file_sd targets + scrape config for every agent's /metrics")
     p.add_argument("--file-sd", default="raydbg_targets.json", help="target file to write")
-    _common(p, json_flag=False)
+    add_gateway_args(p, json_flag=False)
     p.set_defaults(fn=cmd_prometheus)
 
 

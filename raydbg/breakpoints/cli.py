@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import re
 import sys
@@ -12,7 +11,7 @@ import urllib.parse
 from typing import Any
 
 from raydbg.breakpoints import model
-from raydbg.client import Gateway
+from raydbg.commands.base import UserError, add_gateway_args, gateway_from_args, print_json
 
 PY311_NOTE = ("note: {who} Python {versions}: arming there is opt-in (RAYDBG_BREAK_PY311=1 in the job's "
               "environment, e.g. runtime_env={{'env_vars': {{'RAYDBG_BREAK_PY311': '1'}}}}) and makes hot "
@@ -46,10 +45,6 @@ def py311_note(status: dict[str, Any] | None) -> str | None:
     return PY311_NOTE.format(who=who, versions=", ".join(old)) if old else None
 
 
-def _gateway(args: argparse.Namespace) -> Gateway:
-    return Gateway.discover(args.address, args.token_file)
-
-
 def _query(job: str | None) -> str:
     return "?" + urllib.parse.urlencode({"job": job}) if job else ""
 
@@ -65,18 +60,16 @@ def describe(bp: dict[str, Any]) -> str:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
-    from raydbg.cli import UserError
-
     try:
         path, line = model.parse_spec(args.spec)
     except model.BadBreakpoint as exc:
         raise UserError(str(exc)) from None
     body = {"file": model.cli_path(path, os.getcwd()), "line": line, "job": args.job,
             "condition": args.condition, "hit_limit": args.hit_limit, "owner": "cli"}
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     bp = asyncio.run(gw.post("/api/v1/breakpoints", body=body))
     if args.json:
-        print(json.dumps(bp, indent=2, sort_keys=True))
+        print_json(bp)
     else:
         print(f"armed {describe(bp)}")
         if not os.path.isabs(bp["file"]):
@@ -92,9 +85,9 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    bps = asyncio.run(_gateway(args).get("/api/v1/breakpoints" + _query(args.job)))["breakpoints"]
+    bps = asyncio.run(gateway_from_args(args).get("/api/v1/breakpoints" + _query(args.job)))["breakpoints"]
     if args.json:
-        print(json.dumps(bps, indent=2, sort_keys=True))
+        print_json(bps)
         return 0
     if not bps:
         print("no armed breakpoints")
@@ -115,9 +108,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
-    from raydbg.cli import UserError
-
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     if args.all == bool(args.id):
         raise UserError("give a breakpoint id or --all (see `raydbg break list`)")
 
@@ -135,11 +126,6 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
-    p.add_argument("--token-file", help="file holding the raydbg token")
-
-
 def register(sub: Any) -> None:
     p = sub.add_parser("break", help="breakpoints armed in every worker of a job, without code changes")
     verbs = p.add_subparsers(dest="verb", required=True)
@@ -151,16 +137,16 @@ def register(sub: Any) -> None:
                    help=f"threads paused there at once, cluster-wide (default {model.DEFAULT_HIT_LIMIT}); "
                         "later hits count and run on")
     a.add_argument("--json", action="store_true")
-    _common(a)
+    add_gateway_args(a, json_flag=False)  # --json above: where it always stood in --help
     a.set_defaults(fn=cmd_add)
     ls = verbs.add_parser("list", help="armed breakpoints with their hits and paused threads")
     ls.add_argument("--job", help="that job's and those for every job")
     ls.add_argument("--json", action="store_true")
-    _common(ls)
+    add_gateway_args(ls, json_flag=False)
     ls.set_defaults(fn=cmd_list)
     r = verbs.add_parser("rm", help="disarm a breakpoint (or --all)")
     r.add_argument("id", nargs="?")
     r.add_argument("--all", action="store_true", help="every breakpoint (of --job, if given)")
     r.add_argument("--job")
-    _common(r)
+    add_gateway_args(r, json_flag=False)
     r.set_defaults(fn=cmd_rm)

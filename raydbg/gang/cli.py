@@ -21,10 +21,10 @@ def stacks_path(job: str | None, run: str | None, native: bool, pyspy: bool = Tr
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:
-    from raydbg.cli import UserError, _gateway
+    from raydbg.commands.base import UserError, gateway_from_args
     from raydbg.gang.report import render
 
-    gw = _gateway(args)
+    gw = gateway_from_args(args)
     try:
         answer = asyncio.run(gw.get(stacks_path(args.job, args.run, args.native, not args.no_pyspy),
                                     timeout=args.timeout))
@@ -39,7 +39,7 @@ def cmd_stacks(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    from raydbg.cli import _common
+    from raydbg.commands.base import add_gateway_args
 
     p = sub.add_parser("stacks", help="Python stacks of every Ray worker, grouped; odd ones first")
     p.add_argument("--job", help="only this Ray job (hex id)")
@@ -49,5 +49,5 @@ def register(sub: Any) -> None:
     p.add_argument("--no-pyspy", action="store_true",
                    help="only the cooperative fallback (no ptrace stop of the workers)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the gateway")
-    _common(p)
+    add_gateway_args(p)
     p.set_defaults(fn=cmd_stacks)

@@ -23,11 +23,11 @@ async def continue_target(gw: Gateway, target: str) -> dict[str, Any]:
 
 
 def cmd_continue(args: argparse.Namespace) -> int:
-    from raydbg.cli import _gateway, _print_json
+    from raydbg.commands.base import gateway_from_args, print_json
 
-    out = asyncio.run(continue_target(_gateway(args), args.target))
+    out = asyncio.run(continue_target(gateway_from_args(args), args.target))
     if args.json:
-        _print_json(out)
+        print_json(out)
     elif out.get("group"):
         print(f"raydbg continue: group {out['group']}: {len(out['continued'])} session(s) resume")
     else:
@@ -36,11 +36,11 @@ def cmd_continue(args: argparse.Namespace) -> int:
 
 
 def register(sub: Any) -> None:
-    from raydbg.cli import _common
+    from raydbg.commands.base import add_gateway_args
 
     p = sub.add_parser("continue", help="resume a paused session, or every rank of a pause group")
     p.add_argument("target", help="a session id or a pause group id (from `raydbg list`)")
-    _common(p)
+    add_gateway_args(p)
     p.set_defaults(fn=cmd_continue)
 
 

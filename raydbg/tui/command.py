@@ -5,13 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from raydbg.commands.base import add_gateway_args, gateway_from_args
+
 
 def _run(args: argparse.Namespace, attach: str | None) -> int:
     from raydbg.tui.app import create_app
     from raydbg.tui.gateway import HttpGateway
 
     # Discovery errors (no cluster, no token) are GatewayError: the CLI prints one line.
-    found = HttpGateway.discover(args.address, args.token_file)
+    found = gateway_from_args(args)
     if attach:
         import asyncio
 
@@ -36,8 +38,7 @@ def register(sub: Any) -> None:
     """Add `tui` and `attach` to the `raydbg` subcommand parser."""
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
-        p.add_argument("--token-file", help="file holding the raydbg token")
+        add_gateway_args(p, json_flag=False)
         p.add_argument(
             "--refresh", type=float, default=1.0, help="seconds between session list refreshes"
         )
