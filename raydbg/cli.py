@@ -271,7 +271,7 @@ def _register_gang(sub: Any) -> None:
 
 
 def _register_breakpoints(sub: Any) -> None:
-    from raydbg.breakpoints.cli import register  # break add|list|rm
+    from raydbg.commands.breakpoints import register  # break add|list|rm
 
     register(sub)
 
