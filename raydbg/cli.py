@@ -116,6 +116,7 @@ def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
 
 def cmd_list(args: argparse.Namespace) -> int:
     from raydbg.gang import cli_train
+    from raydbg.gang.ranks import held_lines
 
     gw = gateway_from_args(args)
     # Ranks held by a paused Train rank (the gateway's stacks, asked only for Train sessions).
@@ -134,7 +135,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for line in table_layout.render(LIST_COLUMNS, [_list_row(rec, now) for rec in recs], width,
                                     drop_order=LIST_DROP_ORDER, never_cut=("id",)):
         print(line)
-    for line in cli_train.held_lines(recs):
+    for line in held_lines(recs):
         print(line)
     return 0
 

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raydbg.gang import classes, cooperative, frames, pyspy, report
+from raydbg.gang.ranks import rank_ranges
 
 SITE = "/venv/lib/python3.11/site-packages"
 USER = "/home/u/train_loop.py"
@@ -151,7 +152,7 @@ def test_runs_summary() -> None:
 
 @given(st.lists(st.integers(min_value=0, max_value=200), max_size=60))
 def test_rank_ranges_round_trip(ranks: list[int]) -> None:
-    text = classes.rank_ranges(ranks)
+    text = rank_ranges(ranks)
     back: set[int] = set()
     for part in filter(None, text.split(",")):
         lo, _, hi = part.partition("-")

@@ -262,7 +262,7 @@ def test_hang_after_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 # --- held ranks in `raydbg list` ---------------------------------------------------------
 def test_held_ranks_per_paused_session() -> None:
-    from raydbg.gang import cli_train
+    from raydbg.gang import ranks
 
     recs = [{"id": "s0", "job_id": "j", "train_run": "r", "train_rank": 0, "group": None}]
     stacks = {
@@ -273,15 +273,15 @@ def test_held_ranks_per_paused_session() -> None:
                             {"world_rank": 1, "state": "held", "class_id": "c1"},
                             {"world_rank": 2, "state": "held", "class_id": "c1"}]}],
     }
-    held = cli_train.held_by_session(recs, stacks)
+    held = ranks.held_by_session(recs, stacks)
     assert [h["world_rank"] for h in held["s0"]] == [1, 2]
     assert all(h["in_collective"] and h["summary"].startswith("all_reduce") for h in held["s0"])
     recs[0]["held"] = held["s0"]
-    lines = cli_train.held_lines(recs)
+    lines = ranks.held_lines(recs)
     assert lines == ["  held by rank 0 of run r: ranks 1-2: all_reduce <- train_step t.py:9"]
     grouped = [{"id": f"s{i}", "group": "gabc", "train_run": "r", "train_rank": i, "train_world_size": 2,
                 "file": "/x/t.py", "line": 8, "since": 1.0} for i in range(2)]
-    assert cli_train.held_lines(grouped)[0].startswith("group gabc: ranks 0-1 (2/2) of run r at t.py:8")
+    assert ranks.held_lines(grouped)[0].startswith("group gabc: ranks 0-1 (2/2) of run r at t.py:8")
 
 
 def test_tui_reason_cell_names_group_and_held_ranks() -> None:

@@ -148,17 +148,3 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
             "not_waiting": not_waiting,
         })
     return out
-
-
-def rank_ranges(ranks: Sequence[int]) -> str:
-    """[1, 2, 3, 5] -> '1-3,5'."""
-    parts: list[str] = []
-    rs = sorted(set(ranks))
-    i = 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        parts.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(parts)

@@ -1,15 +1,15 @@
-"""CLI for Train gangs: `raydbg continue SESSION_OR_GROUP`, and the held ranks and pause groups of `raydbg list`."""
+"""CLI for Train gangs: `raydbg continue SESSION_OR_GROUP`, and the held ranks of `raydbg list`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 from typing import Any
 from urllib.parse import urlencode
 
 from raydbg.client import Gateway, GatewayError
 from raydbg.gang import pause
+from raydbg.gang.ranks import held_by_session
 
 
 async def continue_target(gw: Gateway, target: str) -> dict[str, Any]:
@@ -45,24 +45,6 @@ def register(sub: Any) -> None:
 
 
 # --- held ranks -------------------------------------------------------------------------
-def held_by_session(recs: list[dict[str, Any]], stacks: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """For each paused Train session: the other ranks of its run that are held, with their class (pure)."""
-    classes = {c.get("id"): c for c in stacks.get("classes") or []}
-    out: dict[str, list[dict[str, Any]]] = {}
-    for run in stacks.get("runs") or []:
-        held = [
-            {"world_rank": r.get("world_rank"), "state": r.get("state"), "class_id": r.get("class_id"),
-             "summary": (classes.get(r.get("class_id")) or {}).get("summary", ""),
-             "in_collective": r.get("world_rank") in (run.get("waiting") or []),
-             "last_progress_s": r.get("last_progress_s"), "node_id": r.get("node_id"), "pid": r.get("pid")}
-            for r in run.get("ranks") or [] if r.get("state") != "paused"
-        ]
-        for rec in recs:
-            if rec.get("train_run") == run.get("run") and rec.get("job_id") == run.get("job_id"):
-                out[str(rec["id"])] = held
-    return out
-
-
 async def with_held(gw: Gateway, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Add `held` (ranks held by this paused rank) to Train sessions; asks for stacks only if any."""
     runs = sorted({(str(r.get("job_id") or ""), str(r["train_run"])) for r in recs if r.get("train_run")})
@@ -79,43 +61,3 @@ async def with_held(gw: Gateway, recs: list[dict[str, Any]]) -> list[dict[str, A
                 if rec["id"] == sid:
                     rec["held"] = held
     return recs
-
-
-def ranks_text(ranks: list[int]) -> str:
-    try:
-        from raydbg.gang.classes import rank_ranges
-
-        return rank_ranges(ranks)
-    except ImportError:
-        return ",".join(str(r) for r in sorted(ranks))
-
-
-def held_lines(recs: list[dict[str, Any]]) -> list[str]:
-    """Text under the table: pause groups, then what each paused rank holds, one class a line."""
-    lines = []
-    for g in pause.groups(recs):
-        ranks = [r for r in g["ranks"] if r is not None]
-        size = g.get("world_size") or "?"
-        lines.append(f"group {g['group']}: ranks {ranks_text(ranks)} ({len(ranks)}/{size}) of run {g['train_run']} "
-                     f"at {os.path.basename(str(g['file']))}:{g['line']}  (raydbg continue {g['group']})")
-    shown: set[tuple[Any, ...]] = set()
-    for rec in recs:
-        held = rec.get("held") or []
-        if not held:
-            if rec.get("held_error") and ("err", rec.get("train_run")) not in shown:
-                shown.add(("err", rec.get("train_run")))
-                lines.append(f"run {rec.get('train_run')}: held ranks unknown ({rec['held_error']})")
-            continue
-        key = (rec.get("job_id"), rec.get("train_run"), tuple(h["world_rank"] for h in held))
-        if key in shown:
-            continue
-        shown.add(key)
-        by_class: dict[Any, list[dict[str, Any]]] = {}
-        for h in held:
-            by_class.setdefault(h.get("class_id"), []).append(h)
-        who = "rank " + str(rec.get("train_rank")) if rec.get("group") is None else f"group {rec['group']}"
-        for members in by_class.values():
-            ranks = [int(h["world_rank"]) for h in members]
-            lines.append(f"  held by {who} of run {rec.get('train_run')}: ranks {ranks_text(ranks)}: "
-                         f"{members[0].get('summary') or members[0].get('state')}")
-    return lines

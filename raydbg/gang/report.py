@@ -8,10 +8,11 @@ from typing import Any
 
 from raydbg.gang import classes as C
 from raydbg.gang import frames as F
+from raydbg.gang.ranks import rank_ranges
 
 
 def _ranks(ranks: Sequence[int]) -> str:
-    return f"{'rank' if len(ranks) == 1 else 'ranks'} {C.rank_ranges(ranks)}"
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {rank_ranges(ranks)}"
 
 
 def _age(seconds: float | None) -> str:

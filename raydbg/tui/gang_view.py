@@ -21,6 +21,7 @@ from textual.widgets import Footer, Static
 
 from raydbg.gang import classes as C
 from raydbg.gang import frames as F
+from raydbg.gang.ranks import rank_ranges
 from raydbg.tui.messages import AttachRequested, StacksUpdated
 from raydbg.tui.row_table import RowTable, set_border_title
 
@@ -40,7 +41,7 @@ def targets(answer: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     for run in answer.get("runs") or []:
         rows.append((f"run:{run['job_id']}:{run['run']}", (
             f"run {run['run']} (world size {run['world_size']})", str(len(run["ranks"])),
-            C.rank_ranges(run["held_by"]), C.rank_ranges(run["waiting"]))))
+            rank_ranges(run["held_by"]), rank_ranges(run["waiting"]))))
     jobs: dict[str, int] = {}
     for w in answer.get("workers") or []:
         jobs[str(w.get("job_id") or "?")] = jobs.get(str(w.get("job_id") or "?"), 0) + 1
@@ -65,7 +66,7 @@ def class_rows(cls_list: list[dict[str, Any]], workers: list[dict[str, Any]]) ->
     for cls in cls_list:
         ranks = [m["world_rank"] for m in cls["members"] if m.get("world_rank") is not None]
         if ranks and len(ranks) == len(cls["members"]):
-            who = ("rank " if len(ranks) == 1 else "ranks ") + C.rank_ranges(ranks)
+            who = ("rank " if len(ranks) == 1 else "ranks ") + rank_ranges(ranks)
         else:
             who = ", ".join(f"pid {m['pid']}" for m in cls["members"][:3]) + ("…" if cls["count"] > 3 else "")
         state = "paused" if cls["paused"] else ("in collective" if cls["in_collective"] else "running")

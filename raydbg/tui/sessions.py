@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.widgets import Input
 
 from raydbg import records
+from raydbg.gang.ranks import held_by_session, rank_ranges
 from raydbg.tui.format import SESSION_COLUMNS, age, session_matches, session_row
 from raydbg.tui.messages import AttachRequested
 from raydbg.tui.row_table import RowTable, set_border_title
@@ -28,9 +29,7 @@ def with_gang(row: tuple[str, ...], rec: dict[str, Any], held: list[dict[str, An
     if rec.get("group"):
         extra.append(f"group {rec['group']}")
     if held:
-        from raydbg.gang.cli_train import ranks_text
-
-        extra.append(f"holds ranks {ranks_text([int(h['world_rank']) for h in held])}")
+        extra.append(f"holds ranks {rank_ranges([int(h['world_rank']) for h in held])}")
     if not extra:
         return row
     cells = list(row)
@@ -86,8 +85,6 @@ class SessionsPane(Vertical):
 
     @work(exclusive=True, group="held")
     async def _fetch_held(self, gw: Any, runs: list[tuple[str, str]]) -> None:
-        from raydbg.gang.cli_train import held_by_session
-
         held: dict[str, list[dict[str, Any]]] = {}
         for job, run in runs:
             try:
