@@ -22,6 +22,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check raydbg sd_reference tests examples benchmarks
 	$(BIN)/mypy
+	$(BIN)/lint-imports  # the layers: [tool.importlinter] in pyproject.toml, docs/architecture.md
 
 vscode-test:
 	cd vscode-ext && npm ci --no-audit --no-fund && npm test

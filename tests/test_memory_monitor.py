@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
+from raydbg.gcs_tables import ActorRow, TaskRow
 from raydbg.memory.measure import NodeMemory, ProcMem, Roots
 from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
-from raydbg.memory.work import ActorRow, Resolver, TaskRow, candidates, ray_title, retries_left
+from raydbg.memory.work import Resolver, candidates, ray_title, retries_left
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+
 def groups(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per pause group among `sessions`, ranks in order, newest group first."""
     found: dict[str, dict[str, Any]] = {}

@@ -126,9 +126,9 @@ def node_workers(node_id: str, node_ip: str, pids: set[int] | None = None,
     ids = {pid: base_identity(pid, title, node_id, node_ip) for pid, title in procs.items()}
     if not ids:
         return []
-    from raydbg.memory.work import GcsView
+    from raydbg.gcs_tables import GcsTables
 
-    view = GcsView()
+    view = GcsTables()
     apply_actors(ids, view.actors(node_id))
     apply_progress(ids, _progress_records(), node_id)
     apply_sessions(ids, registry.sessions(), node_id)
