@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raydbg.gang import frames as F
+from raydbg.gang.frames import collective_frame, paused_at, short_name, summary, user_frames
 
 Worker = dict[str, Any]
 Thread = dict[str, Any]
@@ -40,7 +40,7 @@ def main_thread(worker: Worker) -> Thread | None:
             return t
 
     def score(t: Thread) -> tuple[int, int, int]:
-        return (len(F.user_frames(t.get("frames") or [])), not t.get("idle"), t.get("name") == "MainThread")
+        return (len(user_frames(t.get("frames") or [])), not t.get("idle"), t.get("name") == "MainThread")
 
     return max(threads, key=score)
 
@@ -54,8 +54,8 @@ def key(worker: Worker) -> tuple[Any, ...]:
     paused = worker_paused(worker)
     frames = (t or {}).get("frames") or []
     # Short names: py-spy says `Thread.run` where faulthandler says `run`.
-    stack = tuple((f.get("file"), F.short_name(str(f.get("function"))), f.get("line"))
-                  for f in (F.paused_at(frames) if paused else frames))
+    stack = tuple((f.get("file"), short_name(str(f.get("function"))), f.get("line"))
+                  for f in (paused_at(frames) if paused else frames))
     return (paused, stack)
 
 
@@ -84,12 +84,12 @@ def group(workers: Sequence[Worker]) -> list[dict[str, Any]]:
         paused = bool(k[0])
         out.append({
             "id": class_id(k),
-            "summary": F.summary(frames, paused=paused),
+            "summary": summary(frames, paused=paused),
             "members": sorted((_member(w) for w in members), key=_member_order),
             "count": len(members),
             "total": len(workers),
             "paused": paused,
-            "in_collective": not paused and F.collective_frame(frames) is not None,
+            "in_collective": not paused and collective_frame(frames) is not None,
             "thread": t.get("name"),
             "frames": frames,
         })
@@ -123,7 +123,7 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
         for w in members:
             rank = int(w["world_rank"])
             t = main_thread(w) or {}
-            in_coll = not worker_paused(w) and F.collective_frame(t.get("frames") or []) is not None
+            in_coll = not worker_paused(w) and collective_frame(t.get("frames") or []) is not None
             (waiting if in_coll else not_waiting).append(rank)
             ts = _progress_ts(progress, w)
             state = "paused" if worker_paused(w) else ("held" if paused else "running")

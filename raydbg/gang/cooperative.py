@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg.gang import frames as F
+from raydbg.gang.frames import Frame, looks_idle
 
 SIGNUM = signal.SIGUSR2
 _installed: dict[str, Any] = {}
@@ -103,14 +103,14 @@ def snapshot(interrupted: Any = None) -> dict[str, Any]:
     me = threading.get_ident()
     threads = []
     for ident, top in sys._current_frames().items():
-        frames: list[F.Frame] = []
+        frames: list[Frame] = []
         frame = (interrupted or top.f_back) if ident == me else top  # not our own frames
         while frame is not None:
             frames.append({"function": frame.f_code.co_name, "file": frame.f_code.co_filename,
                            "line": frame.f_lineno})
             frame = frame.f_back
         threads.append({"thread_id": ident, "name": names.get(ident, f"Thread-{ident}"),
-                        "paused": ident in paused, "idle": F.looks_idle(frames), "frames": frames})
+                        "paused": ident in paused, "idle": looks_idle(frames), "frames": frames})
     return {"pid": os.getpid(), "ts": time.time(), "threads": threads}
 
 
@@ -148,7 +148,7 @@ def parse_faulthandler(text: str) -> list[dict[str, Any]]:
         if m and current is not None:
             current["frames"].append({"function": m.group(3), "file": m.group(1), "line": int(m.group(2))})
     for t in threads:
-        t["idle"] = F.looks_idle(t["frames"])
+        t["idle"] = looks_idle(t["frames"])
     return threads
 
 

@@ -6,8 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from raydbg.gang import classes as C
-from raydbg.gang import frames as F
+from raydbg.gang import classes, frames
 from raydbg.gang.ranks import rank_ranges
 
 
@@ -29,7 +28,7 @@ def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
                and w.get("threads")]
     size = run["world_size"]
     lines = [f"run {run['run']}  world size {size}  (job {run['job_id']})"]
-    for cls in C.group(members):
+    for cls in classes.group(members):
         ranks = [int(m["world_rank"]) for m in cls["members"]]
         tag = "  [in a collective]" if cls["in_collective"] else ""
         lines.append(f"  {_ranks(ranks)} ({len(ranks)}/{size}): {cls['summary']}{tag}")
@@ -54,7 +53,7 @@ def other_lines(workers: list[dict[str, Any]]) -> list[str]:
         return []
     by_id = {(w.get("node_id"), w.get("pid")): w for w in rest}
     lines = [f"other workers ({len(rest)})"]
-    for cls in C.group(rest):
+    for cls in classes.group(rest):
         names = [_worker_name(by_id[(m["node_id"], m["pid"])]) for m in cls["members"]]
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         lines.append(f"  {cls['count']}/{cls['total']} {shown}: {cls['summary']}")
@@ -69,7 +68,7 @@ def thread_lines(w: dict[str, Any]) -> list[str]:
         state = " paused" if t.get("paused") else (" idle" if t.get("idle") else "")
         lines.append(f"  thread {t.get('name')}{state}")
         for f in t.get("frames") or []:
-            mark = "  " if F.is_internal(f) else "> "
+            mark = "  " if frames.is_internal(f) else "> "
             lines.append(f"    {mark}{f.get('function')} ({os.path.basename(str(f.get('file')))}:{f.get('line')})")
     return lines
 

@@ -19,8 +19,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from raydbg.gang import classes as C
-from raydbg.gang import frames as F
+from raydbg.gang import classes, frames
 from raydbg.gang.ranks import rank_ranges
 from raydbg.tui.messages import AttachRequested, StacksUpdated
 from raydbg.tui.row_table import RowTable, set_border_title
@@ -143,7 +142,7 @@ class GangScreen(Screen[None]):
     def show_target(self, target: str) -> None:
         self.target = target
         self.shown_workers = members_of(self.answer, target)
-        self.shown = C.group(self.shown_workers)
+        self.shown = classes.group(self.shown_workers)
         table = self.query_one("#gang-classes", RowTable)
         table.set_rows(class_rows(self.shown, self.shown_workers))
         set_border_title(table, f"Stack classes of {target} ({len(self.shown)})")
@@ -182,7 +181,7 @@ class ClassDetail(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         text = Text.assemble((self.cls["summary"], "bold"), f"\nthread {self.cls.get('thread')}\n\n")
         for f in self.cls["frames"]:
-            style = "dim" if F.is_internal(f) else "bold"
+            style = "dim" if frames.is_internal(f) else "bold"
             text.append(f"{f.get('function')}  ", style=style)
             text.append(f"{os.path.basename(str(f.get('file')))}:{f.get('line')}\n", style="dim")
         text.append("\nmembers: " + ", ".join(
