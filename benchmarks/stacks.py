@@ -135,8 +135,6 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
     import ray
     from cluster import ENV, Cluster
 
-    from raydbg.gang.cli import stacks_path
-
     @ray.remote(num_cpus=0)
     class Stuck:
         def stuck(self) -> None:
@@ -179,13 +177,13 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
             for _ in range(repeats):
                 progress.update(task, description=f"{n} workers: gateway")
                 t = time.perf_counter()
-                answer = asyncio.run(gw.get(stacks_path(None, None, False), timeout=120))
+                answer = asyncio.run(gw.stacks(timeout=120))
                 gateway.append(time.perf_counter() - t)
                 took.append(float(answer["took_s"]))
                 progress.advance(task)
                 progress.update(task, description=f"{n} workers: gateway, cooperative only")
                 t = time.perf_counter()
-                asyncio.run(gw.get(stacks_path(None, None, False, pyspy=False), timeout=120))
+                asyncio.run(gw.stacks(pyspy=False, timeout=120))
                 coop.append(time.perf_counter() - t)
                 progress.advance(task)
                 progress.update(task, description=f"{n} workers: raydbg stacks")

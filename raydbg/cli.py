@@ -202,7 +202,7 @@ def cmd_prometheus(args: argparse.Namespace) -> int:
     from raydbg.telemetry.prometheus import scrape_config, write_file_sd
 
     gw = gateway_from_args(args)
-    agents = asyncio.run(gw.get("/api/v1/agents"))
+    agents = asyncio.run(gw.agents())
     path = write_file_sd(args.file_sd, agents)
     token_file = args.token_file or str(auth.token_file_for(gw.address))
     print(f"# {len(agents)} agent(s) written to {path}; add this to prometheus.yml:")

@@ -10,6 +10,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote, urlencode
 
 from raydbg import auth, gateway_file
 from raydbg.private_dir import UnsafeDirError
@@ -187,6 +188,48 @@ class Gateway:
     async def events(self, limit: int = 100) -> list[dict[str, Any]]:
         return list(await self.get(f"/api/v1/events?limit={limit}"))
 
+    async def agents(self) -> list[dict[str, Any]]:
+        """Every node agent's record (`raydbg prometheus` writes their /metrics targets)."""
+        return list(await self.get("/api/v1/agents"))
+
+    async def continue_session(self, sid: str) -> dict[str, Any]:
+        return dict(await self.post(f"/api/v1/sessions/{sid}/continue"))
+
+    async def continue_group(self, group: str) -> dict[str, Any]:
+        """Resume every rank of a pause group."""
+        return dict(await self.post(f"/api/v1/groups/{group}/continue"))
+
+    async def stacks(self, job: str | None = None, run: str | None = None, native: bool = False,
+                     pyspy: bool = True, timeout: float = 30.0) -> dict[str, Any]:
+        """Every worker's stacks, grouped (docs/hangs.md); `job`/`run` narrow it, `native` adds C
+        frames, `pyspy=False` asks only the cooperative fallback (no ptrace stop)."""
+        q = {"native": "1" if native else "0"}
+        if job:
+            q["job"] = job
+        if run:
+            q["run"] = run
+        if not pyspy:
+            q["pyspy"] = "0"
+        return dict(await self.get("/api/v1/stacks?" + urlencode(q), timeout=timeout))
+
+    async def breakpoints(self, job: str | None = None) -> list[dict[str, Any]]:
+        """Armed breakpoints (with `job`: that job's and every job's)."""
+        answer = await self.get("/api/v1/breakpoints" + (f"?{urlencode({'job': job})}" if job else ""))
+        if not isinstance(answer, dict) or not isinstance(answer.get("breakpoints"), list):
+            raise GatewayError(f"{self.address} sent no list of breakpoints: is it a raydbg gateway of this version?")
+        return [b for b in answer["breakpoints"] if isinstance(b, dict)]
+
+    async def add_breakpoint(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Arm one: `body` has file, line and optionally job, condition, hit_limit, owner."""
+        return dict(await self.post("/api/v1/breakpoints", body=body))
+
+    async def remove_breakpoint(self, bid: str) -> dict[str, Any]:
+        return dict(await self.delete(f"/api/v1/breakpoints/{quote(bid, safe='')}"))
+
+    def dap_url(self, sid: str) -> str:
+        """The session's DAP relay (a WebSocket; the bearer token in the handshake)."""
+        return self.url(f"/api/v1/sessions/{sid}/dap")
+
     async def open_dap(self, http: aiohttp.ClientSession, sid: str) -> aiohttp.ClientWebSocketResponse:
         """The DAP relay WebSocket for a session (raw DAP bytes in binary messages)."""
         import aiohttp
@@ -195,7 +238,7 @@ class Gateway:
 
         try:
             # Bounded messages, and a heartbeat: a gateway gone silent ends the relay (raydbg forward).
-            return await http.ws_connect(self.url(f"/api/v1/sessions/{sid}/dap"), headers=self.headers,
+            return await http.ws_connect(self.dap_url(sid), headers=self.headers,
                                          max_msg_size=MAX_WS_MESSAGE, heartbeat=WS_HEARTBEAT_S)
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status == 401:

@@ -7,7 +7,6 @@ import asyncio
 import os
 import re
 import sys
-import urllib.parse
 from typing import Any
 
 from raydbg.breakpoints import model
@@ -45,10 +44,6 @@ def py311_note(status: dict[str, Any] | None) -> str | None:
     return PY311_NOTE.format(who=who, versions=", ".join(old)) if old else None
 
 
-def _query(job: str | None) -> str:
-    return "?" + urllib.parse.urlencode({"job": job}) if job else ""
-
-
 def where(bp: dict[str, Any]) -> str:
     return f"{bp['file']}:{bp['line']}"
 
@@ -67,7 +62,7 @@ def cmd_add(args: argparse.Namespace) -> int:
     body = {"file": model.cli_path(path, os.getcwd()), "line": line, "job": args.job,
             "condition": args.condition, "hit_limit": args.hit_limit, "owner": "cli"}
     gw = gateway_from_args(args)
-    bp = asyncio.run(gw.post("/api/v1/breakpoints", body=body))
+    bp = asyncio.run(gw.add_breakpoint(body))
     if args.json:
         print_json(bp)
     else:
@@ -85,7 +80,7 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    bps = asyncio.run(gateway_from_args(args).get("/api/v1/breakpoints" + _query(args.job)))["breakpoints"]
+    bps = asyncio.run(gateway_from_args(args).breakpoints(args.job))
     if args.json:
         print_json(bps)
         return 0
@@ -114,12 +109,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
     async def remove() -> list[str]:
         if not args.all:
-            return [str((await gw.delete(f"/api/v1/breakpoints/{urllib.parse.quote(args.id, safe='')}"))
-                        ["removed"])]
-        bps = (await gw.get("/api/v1/breakpoints" + _query(args.job)))["breakpoints"]
+            return [str((await gw.remove_breakpoint(args.id))["removed"])]
+        bps = await gw.breakpoints(args.job)
         if args.job:  # --all --job J: that job's only, not those armed for every job
             bps = [bp for bp in bps if bp.get("job") == args.job]
-        return [str((await gw.delete(f"/api/v1/breakpoints/{bp['id']}"))["removed"]) for bp in bps]
+        return [str((await gw.remove_breakpoint(bp["id"]))["removed"]) for bp in bps]
 
     removed = asyncio.run(remove())
     print(f"removed {len(removed)} breakpoint(s)" + (f": {' '.join(removed)}" if removed else ""))

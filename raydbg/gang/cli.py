@@ -6,18 +6,6 @@ import argparse
 import asyncio
 import json
 from typing import Any
-from urllib.parse import urlencode
-
-
-def stacks_path(job: str | None, run: str | None, native: bool, pyspy: bool = True) -> str:
-    q = {"native": "1" if native else "0"}
-    if job:
-        q["job"] = job
-    if run:
-        q["run"] = run
-    if not pyspy:
-        q["pyspy"] = "0"
-    return "/api/v1/stacks?" + urlencode(q)
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:
@@ -26,8 +14,7 @@ def cmd_stacks(args: argparse.Namespace) -> int:
 
     gw = gateway_from_args(args)
     try:
-        answer = asyncio.run(gw.get(stacks_path(args.job, args.run, args.native, not args.no_pyspy),
-                                    timeout=args.timeout))
+        answer = asyncio.run(gw.stacks(args.job, args.run, args.native, not args.no_pyspy, timeout=args.timeout))
     except ValueError:  # not JSON: a gateway without this route answers 404 in text
         raise UserError(f"the gateway at {gw.address} has no stacks endpoint: restart it with this "
                         "raydbg (`raydbg down && raydbg up`)") from None

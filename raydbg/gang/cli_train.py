@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 from typing import Any
-from urllib.parse import urlencode
 
 from raydbg.client import Gateway, GatewayError
 from raydbg.gang import pause
@@ -16,9 +15,9 @@ async def continue_target(gw: Gateway, target: str) -> dict[str, Any]:
     """Resume a pause group (every rank in it) or one session; GatewayError when neither is listed."""
     kind, _ = pause.resolve(target, await gw.sessions())
     if kind == "group":
-        return dict(await gw.post(f"/api/v1/groups/{target}/continue"))
+        return await gw.continue_group(target)
     if kind == "session":
-        return dict(await gw.post(f"/api/v1/sessions/{target}/continue"))
+        return await gw.continue_session(target)
     raise GatewayError(f"no paused session or pause group {target}: see `raydbg list`")
 
 
@@ -50,7 +49,7 @@ async def with_held(gw: Gateway, recs: list[dict[str, Any]]) -> list[dict[str, A
     runs = sorted({(str(r.get("job_id") or ""), str(r["train_run"])) for r in recs if r.get("train_run")})
     for job_id, run in runs:
         try:
-            stacks = await gw.get("/api/v1/stacks?" + urlencode({"job": job_id, "run": run}), timeout=30)
+            stacks = await gw.stacks(job_id, run, timeout=30)
         except GatewayError as exc:
             for rec in recs:
                 if rec.get("train_run") == run:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from typing import Any, Protocol
-from urllib.parse import quote, urlencode
 
 from raydbg.client import Gateway, GatewayError
 from raydbg.dap import DapConnectionLost, open_websocket
@@ -29,27 +28,17 @@ class TuiGateway(Protocol):
 
 
 class HttpGateway(Gateway):
-    """``raydbg.client.Gateway`` plus the DAP relay as a byte stream."""
+    """``raydbg.client.Gateway`` (every endpoint, breakpoints included) plus the DAP relay as a byte stream."""
 
-    async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
-        from raydbg.gang.cli import stacks_path
-
-        return dict(await self.get(stacks_path(job, run, False), timeout=60.0))
-
-    async def breakpoints(self, job: str | None = None) -> list[dict[str, Any]]:
-        """Armed breakpoints (with ``job``: that job's and every job's)."""
-        path = "/api/v1/breakpoints" + (f"?{urlencode({'job': job})}" if job else "")
-        answer = await self.get(path)
-        if not isinstance(answer, dict) or not isinstance(answer.get("breakpoints"), list):
-            raise GatewayError(f"{self.address} sent no list of breakpoints: is it a raydbg gateway of this version?")
-        return [b for b in answer["breakpoints"] if isinstance(b, dict)]
-
-    async def remove_breakpoint(self, bid: str) -> None:
-        await self.delete(f"/api/v1/breakpoints/{quote(bid, safe='')}")
+    async def stacks(self, job: str | None = None, run: str | None = None, native: bool = False,
+                     pyspy: bool = True, timeout: float = 60.0) -> dict[str, Any]:
+        # Only the default differs: the TUI's stacks are fetched in the background, and it
+        # waits 60 s for them where a CLI command waits 30.
+        return await super().stacks(job, run, native, pyspy, timeout)
 
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]:
         try:
-            return await open_websocket(self.url(f"/api/v1/sessions/{sid}/dap"), self.token)
+            return await open_websocket(self.dap_url(sid), self.token)
         except DapConnectionLost as exc:
             raise GatewayError(str(exc)) from None
 
