@@ -177,7 +177,7 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
         return _Ref(next(tids))
 
     monkeypatch.setattr(RemoteFunction, "_remote", fake_remote)
-    monkeypatch.setattr(_ray_internals, "_submit", {"after": None, "untraced": None, "done": {}})
+    monkeypatch.setattr(_ray_internals.task_submit, "_submit", {"after": None, "untraced": None, "done": {}})
     monkeypatch.delenv("RAY_TASK_MAX_RETRIES", raising=False)
     try:
         assert budgets.install_submit_hook() and budgets.install_submit_hook()  # idempotent
@@ -216,7 +216,7 @@ def test_submit_hook_skips_calls_it_is_done_with(monkeypatch: pytest.MonkeyPatch
     from ray.remote_function import RemoteFunction
 
     monkeypatch.setattr(RemoteFunction, "_remote", lambda self, *a, **o: _Ref(TID))
-    monkeypatch.setattr(_ray_internals, "_submit", {"after": None, "untraced": None, "done": {}})
+    monkeypatch.setattr(_ray_internals.task_submit, "_submit", {"after": None, "untraced": None, "done": {}})
     seen: list[Any] = []
 
     def after(result: Any, fid: str, fn_opts: Any, opts: dict[str, Any], name: str) -> bool:

@@ -1,5 +1,5 @@
 """raydbg uses OpenTelemetry's public API only: no module under raydbg/ (except the Ray
-adapter, raydbg/_ray_internals.py, whose private names are Ray's) imports or references a
+adapter, raydbg/_ray_internals/, whose private names are Ray's) imports or references a
 private OpenTelemetry name: an underscore name from an `opentelemetry` module, or a module
 path with a component that starts with `_` (`_internal`, `_private`, ...)."""
 
@@ -71,7 +71,7 @@ def scan(package: Path) -> dict[str, list[str]]:
     """Private OpenTelemetry uses per module of `package` (the Ray adapter left out)."""
     out = {}
     for path in sorted(package.rglob("*.py")):
-        if path == package / "_ray_internals.py":
+        if package / "_ray_internals" in path.parents:
             continue
         uses = private_otel_uses(path.read_text(encoding="utf-8"))
         if uses:

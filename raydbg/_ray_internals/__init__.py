@@ -1,0 +1,108 @@
+"""Ray's private modules and internals raydbg patches or reads, in one package (written for Ray 2.60.0).
+
+Everything else in raydbg uses Ray's public API. When Ray changes, this is the package to
+check: each module's docstring names the Ray version it was written for and the private
+things it relies on. tests/test_ray_private_uses.py fails when a module outside it
+imports a private Ray module or reads `_x` of a Ray name.
+
+  train.py           Ray Train V2: torch backend patches, live runs and their workers' ranks
+  tracing.py         Ray's task tracing at (almost) no cost outside any span
+  otel_context.py    whether a span is current (what tracing.py and task_submit.py ask)
+  task_submit.py     the one wrapper of `RemoteFunction._remote`: budgets, untraced calls
+  task_start.py      the memory start gate around every normal task of a worker
+  activation.py      a worker's setup hook and first function, a driver's connect
+  process.py         this process as Ray knows it: mode, session dir, node, running task
+  post_mortem.py     Ray's task-error path routed to raydbg
+  gcs.py             GCS without ray.init: client, GlobalState, task events, live actors
+  authentication.py  Ray's own token
+
+Everyone else imports this package, not its modules: `from raydbg import _ray_internals`.
+
+Ray couplings left outside this package, and why:
+  registry.py, memory/budgets.py: `ray.experimental.internal_kv.internal_kv_get_gcs_client()`
+    (a public module; the GcsClient it returns is a `_raylet` class, used by its public
+    `internal_kv_*` methods).
+  memory/work.py: field names of the protobuf rows `all_task_events` and
+    `alive_actor_rows` return (TaskEvents, ActorTableData): data, read as plain fields.
+  ray_processes.py, memory/work.py, memory/killer.py: process titles (`ray::IDLE`,
+    `ray::<task>`) and the raylet's command line: Ray's process conventions, not Python APIs.
+  agent/nodes.py, agent/lifecycle.py: the head's `node:__internal_head__` resource in
+    `ray.nodes()` (public API, Ray's own marker of the head node).
+"""
+
+from __future__ import annotations
+
+from raydbg._ray_internals.activation import (
+    SETUP_HOOK_ENV,
+    WORKER_SCRIPT,
+    after_ray_init,
+    before_first_function,
+    is_worker_process,
+)
+from raydbg._ray_internals.authentication import ray_auth_token
+from raydbg._ray_internals.gcs import alive_actor_rows, all_task_events, gcs_client, gcs_state
+from raydbg._ray_internals.post_mortem import POST_MORTEM_MODULES, route_post_mortem
+from raydbg._ray_internals.process import (
+    current_task_id_hex,
+    node_identity,
+    session_dir,
+    worker_mode,
+)
+from raydbg._ray_internals.task_start import gate_task_functions
+from raydbg._ray_internals.task_submit import (
+    default_task_max_retries,
+    unwrap_task_submit,
+    wrap_task_submit,
+)
+from raydbg._ray_internals.tracing import (
+    TRACING_HELPER_MODULE,
+    cluster_tracing_hook,
+    enable_task_tracing,
+    task_tracing_enabled,
+)
+from raydbg._ray_internals.train import (
+    TORCH_CONFIG_MODULE,
+    TRAIN_ACTIVE,
+    TRAIN_FN_UTILS_MODULE,
+    train_runs,
+    wrap_torch_pg_setup,
+    wrap_torch_shutdown,
+    wrap_train_report,
+)
+
+RAY_VERSION_WRITTEN_FOR = "2.60.0"
+
+__all__ = [
+    "POST_MORTEM_MODULES",
+    "RAY_VERSION_WRITTEN_FOR",
+    "SETUP_HOOK_ENV",
+    "TORCH_CONFIG_MODULE",
+    "TRACING_HELPER_MODULE",
+    "TRAIN_ACTIVE",
+    "TRAIN_FN_UTILS_MODULE",
+    "WORKER_SCRIPT",
+    "after_ray_init",
+    "alive_actor_rows",
+    "all_task_events",
+    "before_first_function",
+    "cluster_tracing_hook",
+    "current_task_id_hex",
+    "default_task_max_retries",
+    "enable_task_tracing",
+    "gate_task_functions",
+    "gcs_client",
+    "gcs_state",
+    "is_worker_process",
+    "node_identity",
+    "ray_auth_token",
+    "route_post_mortem",
+    "session_dir",
+    "task_tracing_enabled",
+    "train_runs",
+    "unwrap_task_submit",
+    "worker_mode",
+    "wrap_task_submit",
+    "wrap_torch_pg_setup",
+    "wrap_torch_shutdown",
+    "wrap_train_report",
+]

@@ -1,0 +1,16 @@
+"""Whether an OpenTelemetry span or baggage is current, without importing OpenTelemetry.
+
+What raydbg's Ray tracing shortcuts ask before each task call (tracing.py, task_submit.py).
+Written for Ray 2.60.0 with the rest of the package, but relies on no Ray internal:
+OpenTelemetry's public `opentelemetry.context.get_current()` only.
+"""
+
+from __future__ import annotations
+
+import sys
+
+
+def in_context() -> bool:
+    """A span or baggage is current (never true before OpenTelemetry was imported)."""
+    context = sys.modules.get("opentelemetry.context")
+    return context is not None and bool(context.get_current())
