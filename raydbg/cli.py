@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raydbg import records
-from raydbg.client import GatewayError
+from raydbg.client import Gateway, GatewayError
 from raydbg.commands.base import UserError, add_gateway_args, gateway_from_args, print_json
 
 
@@ -114,13 +114,32 @@ def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
     )
 
 
+async def with_held(gw: Gateway, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add `held` (ranks held by this paused rank) to Train sessions; asks for stacks only if any."""
+    from raydbg.gang.ranks import held_by_session
+
+    runs = sorted({(str(r.get("job_id") or ""), str(r["train_run"])) for r in recs if r.get("train_run")})
+    for job_id, run in runs:
+        try:
+            stacks = await gw.stacks(job_id, run, timeout=30)
+        except GatewayError as exc:
+            for rec in recs:
+                if rec.get("train_run") == run:
+                    rec["held_error"] = str(exc)
+            continue
+        for sid, held in held_by_session(recs, stacks).items():
+            for rec in recs:
+                if rec["id"] == sid:
+                    rec["held"] = held
+    return recs
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    from raydbg.gang import cli_train
     from raydbg.gang.ranks import held_lines
 
     gw = gateway_from_args(args)
     # Ranks held by a paused Train rank (the gateway's stacks, asked only for Train sessions).
-    recs = asyncio.run(cli_train.with_held(gw, asyncio.run(gw.sessions())))
+    recs = asyncio.run(with_held(gw, asyncio.run(gw.sessions())))
     if args.json:
         print_json(recs)
         return 0
@@ -260,7 +279,7 @@ def _register_tui(sub: Any) -> None:
 
 
 def _register_gang_train(sub: Any) -> None:
-    from raydbg.gang.cli_train import register  # continue
+    from raydbg.commands.continue_cmd import register  # continue
 
     register(sub)
 
