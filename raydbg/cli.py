@@ -285,7 +285,7 @@ def _register_gang_train(sub: Any) -> None:
 
 
 def _register_gang(sub: Any) -> None:
-    from raydbg.gang.cli import register  # stacks
+    from raydbg.commands.stacks import register  # stacks
 
     register(sub)
 

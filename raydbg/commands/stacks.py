@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 from typing import Any
+
+from raydbg.commands.base import UserError, add_gateway_args, gateway_from_args, print_json
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:
-    from raydbg.commands.base import UserError, gateway_from_args
     from raydbg.gang.report import render
 
     gw = gateway_from_args(args)
@@ -19,15 +19,13 @@ def cmd_stacks(args: argparse.Namespace) -> int:
         raise UserError(f"the gateway at {gw.address} has no stacks endpoint: restart it with this "
                         "raydbg (`raydbg down && raydbg up`)") from None
     if args.json:
-        print(json.dumps(answer, indent=2, sort_keys=True))
+        print_json(answer)
     else:
         print(render(answer, all_threads=args.all_threads))
     return 0
 
 
 def register(sub: Any) -> None:
-    from raydbg.commands.base import add_gateway_args
-
     p = sub.add_parser("stacks", help="Python stacks of every Ray worker, grouped; odd ones first")
     p.add_argument("--job", help="only this Ray job (hex id)")
     p.add_argument("--run", help="only this Ray Train run (name or id)")
