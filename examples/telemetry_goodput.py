@@ -93,7 +93,7 @@ def main() -> int:
     telemetry.shutdown()
     print(f"run {a.run} finished (rc={rc})")
     if a.report:
-        from raydbg.telemetry.cli import register
+        from raydbg.commands.telemetry import register
 
         parser = argparse.ArgumentParser(prog="raydbg")
         register(parser.add_subparsers(dest="command", required=True))

@@ -267,7 +267,7 @@ def _register_core(sub: Any) -> None:
 
 # Other parts (tui, telemetry, memory) add their subcommands here.
 def _register_telemetry(sub: Any) -> None:
-    from raydbg.telemetry.cli import register  # trace, goodput
+    from raydbg.commands.telemetry import register  # trace, goodput
 
     register(sub)
 

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from PIL import Image
 
+from raydbg.commands.telemetry import register
 from raydbg.telemetry import goodput, reader
-from raydbg.telemetry.cli import register
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "telemetry_goodput.py"
 
