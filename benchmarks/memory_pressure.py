@@ -150,8 +150,8 @@ def cost(workers: int = 50) -> dict[str, Any]:
     """CPU and wall time per refresh with `workers` Ray worker processes on the node."""
     import ray
 
-    from raydbg.memory.measure import NodeMeasurer
     from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
+    from raydbg.memory.node_memory import NodeMeasurer
     from raydbg.memory.policy import PolicyConfig
     from raydbg.memory.work import GcsView, Resolver
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg.memory.measure import NodeMeasurer
+from raydbg.memory.node_memory import NodeMeasurer
 
 
 class SandboxError(RuntimeError):

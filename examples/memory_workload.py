@@ -165,7 +165,7 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
 
 
 def _node_used_mb() -> int:
-    from raydbg.memory.measure import NodeMeasurer
+    from raydbg.memory.node_memory import NodeMeasurer
 
     return NodeMeasurer(psi=False).read().used // MiB
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from raydbg.memory.killer import Killer, KillRefused, ProcIdentity, identity
-from raydbg.memory.measure import read_proc
+from raydbg.memory.process_memory import read_proc
 
 NOBODY = 65534
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]

@@ -9,16 +9,9 @@ from types import SimpleNamespace
 import pytest
 
 from raydbg.memory.gpu import GpuReader
-from raydbg.memory.measure import (
-    UNLIMITED,
-    NodeMeasurer,
-    Roots,
-    parse_proc_cgroup,
-    parse_psi,
-    parse_stat,
-    read_proc,
-    scan,
-)
+from raydbg.memory.kernel_files import Roots
+from raydbg.memory.node_memory import UNLIMITED, NodeMeasurer, parse_proc_cgroup, parse_psi
+from raydbg.memory.process_memory import parse_stat, read_proc, scan
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -12,9 +12,11 @@ from typing import Any
 import pytest
 
 from raydbg.gcs_tables import ActorRow, TaskRow
-from raydbg.memory.measure import NodeMemory, ProcMem, Roots
+from raydbg.memory.kernel_files import Roots
 from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
+from raydbg.memory.node_memory import NodeMemory
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
+from raydbg.memory.process_memory import ProcMem
 from raydbg.memory.work import Resolver, candidates, ray_title, retries_left
 
 GiB = 1 << 30

@@ -23,7 +23,7 @@ def node_memory() -> dict[str, int]:
     """Memory used/limit measured the way the memory monitor (and the kernel) judges it."""
     global _measurer
     try:
-        from raydbg.memory.measure import NodeMeasurer
+        from raydbg.memory.node_memory import NodeMeasurer
 
         if _measurer is None:
             _measurer = NodeMeasurer(psi=False)

@@ -8,8 +8,9 @@ import secrets
 import time
 from typing import Any
 
-from raydbg.memory.measure import NodeMemory, ProcMem
+from raydbg.memory.node_memory import NodeMemory
 from raydbg.memory.policy import Candidate, Decision
+from raydbg.memory.process_memory import ProcMem
 
 GiB = 1 << 30
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raydbg.memory.measure import ProcMem, parse_stat
+from raydbg.memory.process_memory import ProcMem, parse_stat
 
 
 class KillRefused(OSError):

@@ -20,8 +20,9 @@ from typing import Any, Protocol
 
 from raydbg.memory import node_files, settings
 from raydbg.memory.events import Metrics, kill_event
+from raydbg.memory.kernel_files import Roots
 from raydbg.memory.learn import PeakLearner, peaks_path
-from raydbg.memory.measure import NodeMeasurer, NodeMemory, ProcMem, Roots, scan
+from raydbg.memory.node_memory import NodeMeasurer, NodeMemory
 from raydbg.memory.policy import (
     Candidate,
     Decision,
@@ -32,6 +33,7 @@ from raydbg.memory.policy import (
     threshold_bytes,
     trigger_of,
 )
+from raydbg.memory.process_memory import ProcMem, scan
 from raydbg.memory.settings import Settings
 from raydbg.memory.work import titles
 

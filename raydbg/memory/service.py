@@ -32,8 +32,8 @@ from typing import Any
 from raydbg import private_dir
 from raydbg.memory import node_files
 from raydbg.memory.killer import Killable, Killer, find_raylet
-from raydbg.memory.measure import NodeMeasurer
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
+from raydbg.memory.node_memory import NodeMeasurer
 from raydbg.memory.policy import Candidate
 
 log = logging.getLogger("raydbg.memory")

@@ -42,7 +42,7 @@ from typing import Any
 
 from raydbg.memory import budgets, node_files, settings
 from raydbg.memory.learn import PeakTable, peaks_path
-from raydbg.memory.measure import NodeMeasurer
+from raydbg.memory.node_memory import NodeMeasurer
 
 log = logging.getLogger("raydbg.memory")
 LOW, HIGH = 0, 1  # which mark (settings.py)

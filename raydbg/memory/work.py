@@ -21,8 +21,9 @@ from typing import Any, Protocol
 from raydbg import ray_processes
 from raydbg.gcs_tables import ActorRow, GcsTables, TaskRow
 from raydbg.memory import node_files
-from raydbg.memory.measure import ProcMem, Roots
+from raydbg.memory.kernel_files import Roots
 from raydbg.memory.policy import ACTOR, IDLE, TASK, Candidate
+from raydbg.memory.process_memory import ProcMem
 
 
 class ClusterView(Protocol):

@@ -372,7 +372,8 @@ def test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets(cluster: s
     with the budgets their submitters gave them."""
     import threading
 
-    from raydbg.memory.measure import NodeMeasurer, scan
+    from raydbg.memory.node_memory import NodeMeasurer
+    from raydbg.memory.process_memory import scan
     from raydbg.memory.work import GcsView, Resolver
 
     node_id = ray.get_runtime_context().get_node_id()

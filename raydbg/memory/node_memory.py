@@ -1,14 +1,8 @@
-"""Memory as the kernel's OOM killer will judge it: the node's (cgroup v2, cgroup v1,
-/proc/meminfo) and each process's.
+"""Node memory as the kernel's OOM killer will judge it: cgroup v2, cgroup v1 and
+/proc/meminfo, the binding one, and memory pressure (PSI).
 
-Per process, two readings: RssAnon from /proc/PID/status (fast), USS from smaps_rollup
-(detailed). smaps_rollup walks every mapping and page table of the process, measured
-here at 0.5-3 ms per Ray worker (150 ms for 64 processes), too slow for a monitor
-racing a 1 GB/s allocation. /proc/PID/status costs ~20 us and its RssAnon is what
-a Ray worker frees when killed (workers are exec'd, not forked, so their anonymous
-memory is private). The monitor scans with the fast path; `detailed=True` gives USS.
-
-All file roots are injectable (`Roots`) so tests run on fake /proc and /sys trees.
+`NodeMeasurer` resolves the cgroup of a process once; each `read()` is then a handful of
+small file reads. Each process's own memory: process_memory.py.
 """
 
 from __future__ import annotations
@@ -18,16 +12,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from raydbg.memory.kernel_files import Roots, parse_meminfo, read_text
+
 # Values at or above this are "no limit" (v1 writes 2**63 rounded down to a page).
 UNLIMITED = 1 << 60
-
-
-@dataclass(frozen=True)
-class Roots:
-    """Where to read from; the defaults are the real machine."""
-
-    proc: Path = Path("/proc")
-    sys_cgroup: Path = Path("/sys/fs/cgroup")
 
 
 @dataclass(frozen=True)
@@ -81,15 +69,8 @@ class NodeMemory:
         }
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text()
-    except (OSError, ValueError):
-        return None
-
-
 def _read_int(path: Path) -> int | None:
-    text = _read(path)
+    text = read_text(path)
     if text is None:
         return None
     text = text.strip()
@@ -111,22 +92,6 @@ def parse_kv(text: str) -> dict[str, int]:
                 out[parts[0]] = int(parts[1])
             except ValueError:
                 continue
-    return out
-
-
-def parse_meminfo(text: str) -> dict[str, int]:
-    """/proc/meminfo -> bytes per key."""
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        name, _, rest = line.partition(":")
-        parts = rest.split()
-        if not parts:
-            continue
-        try:
-            value = int(parts[0])
-        except ValueError:
-            continue
-        out[name.strip()] = value * 1024 if len(parts) > 1 and parts[1] == "kB" else value
     return out
 
 
@@ -156,7 +121,7 @@ class Mount:
 
 def _mounts(roots: Roots) -> tuple[Mount | None, Mount | None]:
     """(v1 memory mount, v2 mount) from mountinfo; default layout if unreadable."""
-    text = _read(roots.proc / "self" / "mountinfo")
+    text = read_text(roots.proc / "self" / "mountinfo")
     v1: Mount | None = None
     v2: Mount | None = None
     if text is None:
@@ -220,7 +185,7 @@ def _v1_view(d: Path, mount: Mount) -> View | None:
     usage = _read_int(d / "memory.usage_in_bytes")
     if usage is None:
         return None
-    stat = parse_kv(_read(d / "memory.stat") or "")
+    stat = parse_kv(read_text(d / "memory.stat") or "")
     limit = _read_int(d / "memory.limit_in_bytes") or UNLIMITED
     # hierarchical_memory_limit already folds in every ancestor's limit.
     limit = min(limit, stat.get("hierarchical_memory_limit", UNLIMITED))
@@ -234,7 +199,7 @@ def _v2_view(d: Path, mount: Mount) -> View | None:
     usage = _read_int(d / "memory.current")
     if usage is None:
         return None
-    stat = parse_kv(_read(d / "memory.stat") or "")
+    stat = parse_kv(read_text(d / "memory.stat") or "")
     # v2 has no hierarchical limit file: walk up to the mount point, keep the smallest.
     limit = UNLIMITED
     cur = d
@@ -250,7 +215,7 @@ def _v2_view(d: Path, mount: Mount) -> View | None:
 
 
 def _meminfo_view(roots: Roots) -> View | None:
-    info = parse_meminfo(_read(roots.proc / "meminfo") or "")
+    info = parse_meminfo(read_text(roots.proc / "meminfo") or "")
     total = info.get("MemTotal")
     if not total:
         return None
@@ -287,7 +252,7 @@ class NodeMeasurer:
             self._kind = "cgroup2" if is_v2 else "cgroup1"
             self._mount = Mount("/", self._dir)
         else:
-            text = _read(self.roots.proc / str(pid) / "cgroup") or ""
+            text = read_text(self.roots.proc / str(pid) / "cgroup") or ""
             p1, p2 = parse_proc_cgroup(text)
             if p1 is not None and v1m is not None:
                 self._dir = resolve_cgroup_dir(v1m, p1, "memory.usage_in_bytes")
@@ -300,7 +265,7 @@ class NodeMeasurer:
                 self._dir / "memory.pressure" if self._kind == "cgroup2" and self._dir else None,
                 self.roots.proc / "pressure" / "memory",
             ):
-                if cand is not None and _read(cand) is not None:
+                if cand is not None and read_text(cand) is not None:
                     self._psi_path = cand
                     break
 
@@ -332,7 +297,7 @@ class NodeMeasurer:
         # the least headroom is the one whose OOM killer fires first.
         limited = [v for v in views if v.limit < UNLIMITED] or views
         best = min(limited, key=lambda v: (v.available, v.limit))
-        psi = parse_psi(_read(self._psi_path) or "") if self._psi_path else {}
+        psi = parse_psi(read_text(self._psi_path) or "") if self._psi_path else {}
         return NodeMemory(
             used=best.used,
             limit=best.limit,
@@ -350,7 +315,7 @@ class NodeMeasurer:
             # Child cgroups are charged to this one too (hierarchy), so walk them.
             for dirpath, _dirs, files in os.walk(self._dir):
                 if "cgroup.procs" in files:
-                    text = _read(Path(dirpath) / "cgroup.procs") or ""
+                    text = read_text(Path(dirpath) / "cgroup.procs") or ""
                     found.update(int(x) for x in text.split() if x.isdigit())
             if found or (self._dir / "cgroup.procs").exists():
                 return sorted(found)
@@ -360,138 +325,3 @@ class NodeMeasurer:
             return []
 
 
-# --- per process ---------------------------------------------------------------------
-
-try:
-    _PAGE = os.sysconf("SC_PAGE_SIZE")
-    _HZ = os.sysconf("SC_CLK_TCK")
-except (ValueError, OSError, AttributeError):  # pragma: no cover - non-POSIX
-    _PAGE, _HZ = 4096, 100
-
-
-@dataclass(frozen=True)
-class ProcMem:
-    """What one process costs the node, and enough to name it."""
-
-    pid: int
-    ppid: int
-    name: str
-    uss: int  # private memory: USS (smaps_rollup) or RssAnon (status)
-    rss: int
-    pss: int | None
-    swap: int
-    source: str  # "smaps_rollup", "status" or "statm"
-    start_time: float  # epoch seconds
-    oom_score_adj: int | None
-    start_ticks: int = -1  # /proc/PID/stat field 22: with the pid, names the process for good
-
-    @property
-    def memory(self) -> int:
-        """Best estimate of what killing it frees."""
-        return self.uss
-
-
-def boot_time(roots: Roots) -> float:
-    for line in (_read(roots.proc / "stat") or "").splitlines():
-        if line.startswith("btime "):
-            return float(line.split()[1])
-    return 0.0
-
-
-def parse_stat(text: str) -> tuple[str, int, int]:
-    """/proc/PID/stat -> (comm, ppid, starttime in clock ticks)."""
-    # comm may contain spaces and parentheses: split at the LAST ')'.
-    lpar, rpar = text.find("("), text.rfind(")")
-    comm = text[lpar + 1 : rpar]
-    rest = text[rpar + 2 :].split()
-    # rest[0] is field 3 (state); ppid is field 4, starttime field 22.
-    return comm, int(rest[1]), int(rest[19])
-
-
-def _identity(base: Path, btime: float) -> tuple[str, int, float, int] | None:
-    stat = _read(base / "stat")
-    if stat is None:
-        return None
-    try:
-        comm, ppid, ticks = parse_stat(stat)
-    except (ValueError, IndexError):
-        return None
-    return comm, ppid, btime + ticks / _HZ, ticks
-
-
-def read_proc(
-    pid: int,
-    roots: Roots | None = None,
-    btime: float | None = None,
-    detailed: bool = False,
-    known: dict[int, tuple[str, int, float, int]] | None = None,
-) -> ProcMem | None:
-    """One process, or None when it is gone or unreadable.
-
-    `known` caches (comm, ppid, start time, start ticks) per pid across scans: they never
-    change for one process (a pid reused meanwhile is caught at the kill, killer.py).
-    """
-    roots = roots or Roots()
-    base = roots.proc / str(pid)
-    if btime is None:
-        btime = boot_time(roots)
-    ident = known.get(pid) if known is not None else None
-    if ident is None:
-        ident = _identity(base, btime)
-        if ident is None:
-            return None
-        if known is not None:
-            known[pid] = ident
-    comm, ppid, start, ticks = ident
-    if detailed:
-        adj_text = _read(base / "oom_score_adj")
-        try:
-            adj: int | None = int(adj_text) if adj_text is not None else None
-        except ValueError:
-            adj = None
-        rollup = parse_meminfo(_read(base / "smaps_rollup") or "")
-        if "Rss" in rollup:
-            uss = (
-                rollup.get("Private_Clean", 0)
-                + rollup.get("Private_Dirty", 0)
-                + rollup.get("Private_Hugetlb", 0)
-            )
-            pss, swap = rollup.get("Pss"), rollup.get("Swap", 0)
-            return ProcMem(
-                pid, ppid, comm, uss, rollup["Rss"], pss, swap, "smaps_rollup", start, adj,
-                ticks,
-            )  # fmt: skip
-    status = parse_meminfo(_read(base / "status") or "")
-    if "RssAnon" in status:
-        rss = status.get("VmRSS", 0)
-        swap = status.get("VmSwap", 0)
-        return ProcMem(
-            pid, ppid, comm, status["RssAnon"], rss, None, swap, "status", start, None, ticks
-        )
-    statm = (_read(base / "statm") or "").split()
-    if len(statm) < 3:
-        return None  # gone, or a kernel thread
-    rss = int(statm[1]) * _PAGE
-    anon = max(0, int(statm[1]) - int(statm[2])) * _PAGE  # resident - file/shmem
-    return ProcMem(pid, ppid, comm, anon, rss, None, 0, "statm", start, None, ticks)
-
-
-def scan(
-    pids: list[int],
-    roots: Roots | None = None,
-    detailed: bool = False,
-    known: dict[int, tuple[str, int, float, int]] | None = None,
-) -> dict[int, ProcMem]:
-    """Many processes; the vanished are left out (and dropped from `known`)."""
-    roots = roots or Roots()
-    btime = boot_time(roots)
-    out: dict[int, ProcMem] = {}
-    for pid in pids:
-        pm = read_proc(pid, roots, btime, detailed, known)
-        if pm is not None:
-            out[pid] = pm
-    if known is not None:
-        for pid in list(known):
-            if pid not in out:
-                del known[pid]
-    return out
