@@ -265,7 +265,7 @@ def _register_core(sub: Any) -> None:
     p.set_defaults(fn=cmd_prometheus)
 
 
-# Other parts (tui, telemetry, memory) add their subcommands here.
+# Each feature's subcommands (raydbg/commands/, tui/command.py), imported when the parser is built.
 def _register_telemetry(sub: Any) -> None:
     from raydbg.commands.telemetry import register  # trace, goodput
 
@@ -278,13 +278,13 @@ def _register_tui(sub: Any) -> None:
     register(sub)
 
 
-def _register_gang_train(sub: Any) -> None:
+def _register_continue(sub: Any) -> None:
     from raydbg.commands.continue_cmd import register  # continue
 
     register(sub)
 
 
-def _register_gang(sub: Any) -> None:
+def _register_stacks(sub: Any) -> None:
     from raydbg.commands.stacks import register  # stacks
 
     register(sub)
@@ -296,8 +296,8 @@ def _register_breakpoints(sub: Any) -> None:
     register(sub)
 
 
-REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui, _register_gang_train,
-                               _register_gang, _register_breakpoints]
+REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui, _register_continue,
+                               _register_stacks, _register_breakpoints]
 
 
 def build_parser() -> argparse.ArgumentParser:
