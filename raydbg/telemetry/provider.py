@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
+from raydbg import _ray_internals
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.bounded import BoundedSpanProcessor
 from raydbg.telemetry.jsonl import JsonlFile, JsonlMetricExporter, JsonlSpanExporter
@@ -216,9 +218,7 @@ def setup(kind: str | None = None) -> bool:
             atexit.register(shutdown)
             _atexit_registered = True
     if plan.tracing:
-        from raydbg.telemetry import ray_tracing
-
-        ray_tracing.enable()
+        propagate_to_ray_tasks()
     return True
 
 
@@ -239,6 +239,35 @@ def auto_setup() -> bool:
     except Exception:  # telemetry must never break the code that emits
         log.exception("raydbg telemetry: automatic set-up failed; telemetry is off")
         return False
+
+
+def propagate_to_ray_tasks() -> bool:
+    """After `setup()`: turn trace propagation to Ray tasks on when the cluster has raydbg's
+    tracing hook (activated jobs already have it on); retried once a driver connects.
+    A traced call arriving here then sets telemetry up (`auto_setup`), as
+    ray_tracing.py's hooks do."""
+    if _ray_internals.task_tracing_enabled():
+        return True
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return False
+    if not ray.is_initialized():
+        # A driver that set up telemetry before ray.init(): decide once it connects.
+        _ray_internals.after_ray_init(_after_ray_init)
+        return False
+    if _ray_internals.cluster_tracing_hook() is not None:
+        _ray_internals.enable_task_tracing(auto_setup)
+        return True
+    log.info(
+        "raydbg telemetry: trace context is not propagated to Ray tasks; activate raydbg "
+        "(RAY_DEBUG=1, raydbg run) or start the cluster with raydbg.telemetry.ray_init_kwargs()"
+    )
+    return False
+
+
+def _after_ray_init() -> None:
+    if state.tracer is not None:
+        propagate_to_ray_tasks()
 
 
 def _install_globals(built: State) -> None:

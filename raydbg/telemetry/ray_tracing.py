@@ -14,13 +14,15 @@ workers' did not). raydbg's worker set-up hook turns it on in every worker of an
 activated job, unconditionally and for free (OpenTelemetry is imported only when a
 traced call arrives). An activated driver turns it on at `ray.init` (activation), before
 its first `.remote()`; so does any process of a cluster started with raydbg's tracing
-start-up hook. A call made outside any span carries no context at all.
+start-up hook. A call made outside any span carries no context at all. A process that
+sets telemetry up turns it on where the cluster has that hook
+(provider.propagate_to_ray_tasks: provider.py lies below this module, which imports it
+to set telemetry up when context arrives).
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from typing import Any
 
 from raydbg import _ray_internals
@@ -89,32 +91,3 @@ def activate_driver() -> bool:
 def enabled() -> bool:
     """Whether `.remote()` calls from this process carry trace context now."""
     return _ray_internals.task_tracing_enabled()
-
-
-def enable() -> bool:
-    """After `setup()`: turn propagation on when the cluster has raydbg's tracing hook
-    (activated jobs already have it on); retried once a driver connects."""
-    if enabled():
-        return True
-    ray = sys.modules.get("ray")
-    if ray is None:
-        return False
-    if not ray.is_initialized():
-        # A driver that set up telemetry before ray.init(): decide once it connects.
-        _ray_internals.after_ray_init(_after_init)
-        return False
-    if _ray_internals.cluster_tracing_hook() is not None:
-        _ray_internals.enable_task_tracing(_context_arrived)
-        return True
-    log.info(
-        "raydbg telemetry: trace context is not propagated to Ray tasks; activate raydbg "
-        "(RAY_DEBUG=1, raydbg run) or start the cluster with raydbg.telemetry.ray_init_kwargs()"
-    )
-    return False
-
-
-def _after_init() -> None:
-    from raydbg.telemetry.provider import state
-
-    if state.tracer is not None:
-        enable()
