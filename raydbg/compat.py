@@ -1,6 +1,6 @@
 """The Ray versions raydbg supports, checked once per process; outside them raydbg stays out of the way.
 
-raydbg patches Ray internals written for one release (raydbg/_ray_internals.py). On
+raydbg patches Ray internals written for one release (raydbg/_ray_internals/). On
 another Ray it says so in one line and installs nothing: `breakpoint()` then goes to
 Ray's own debugger, as if raydbg were not installed.
 """

@@ -27,7 +27,7 @@ Memory is read only while the flag is up or for a function learned to be big.
 
 `install()` (raydbg's worker setup hook) makes Ray's task executor call `before_task`
 and `after_task` around every plain or generator task function (not actor methods,
-not async), without a frame of raydbg's in the task's stack (_ray_internals.py).
+not async), without a frame of raydbg's in the task's stack (_ray_internals.task_start).
 """
 
 from __future__ import annotations
