@@ -19,15 +19,15 @@ imports a private Ray module or reads `_x` of a Ray name.
 Everyone else imports this package, not its modules: `from raydbg import _ray_internals`.
 
 Ray couplings left outside this package, and why:
-  registry.py, memory/budgets.py: `ray.experimental.internal_kv.internal_kv_get_gcs_client()`
-    (a public module; the GcsClient it returns is a `_raylet` class, used by its public
+  registry.py: `ray.experimental.internal_kv.internal_kv_get_gcs_client()` (a public
+    module; the GcsClient it returns is a `_raylet` class, used by its public
     `internal_kv_*` methods).
-  memory/work.py: field names of the protobuf rows `all_task_events` and
+  gcs_tables.py: field names of the protobuf rows `all_task_events` and
     `alive_actor_rows` return (TaskEvents, ActorTableData): data, read as plain fields.
   ray_processes.py, memory/work.py, memory/killer.py: process titles (`ray::IDLE`,
     `ray::<task>`) and the raylet's command line: Ray's process conventions, not Python APIs.
-  agent/nodes.py, agent/lifecycle.py: the head's `node:__internal_head__` resource in
-    `ray.nodes()` (public API, Ray's own marker of the head node).
+  ray_nodes.py: the head's `node:__internal_head__` resource in `ray.nodes()` (public API,
+    Ray's own marker of the head node).
 """
 
 from __future__ import annotations
