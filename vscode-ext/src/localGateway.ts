@@ -10,7 +10,7 @@ import { constants } from "node:fs";
 import { open } from "node:fs/promises";
 import { addressKey } from "./settings";
 
-/** Where the head's agent of a cluster run by `uid` leaves its address (raydbg/agent/actor.py). */
+/** Where the head's agent of a cluster run by `uid` leaves its address (raydbg/gateway_file.py). */
 export function localGatewayFile(uid: number | undefined = process.getuid?.()): string {
   return `/tmp/ray/session_latest/raydbg-${uid ?? "unknown"}/gateway.json`;
 }
