@@ -197,13 +197,12 @@ def worker_setup_hook() -> None:
 
 def _install_worker() -> None:
     """The worker's parts and features, each with the hooks it needs."""
-    from raydbg.agent_host import lifecycle
     from raydbg.gang import cooperative
-    from raydbg.worker import hook, session, train
+    from raydbg.worker import hook, listeners, train
 
     hook.install()  # breakpoint() and post-mortem
-    if lifecycle.ensure_agents_for not in session.ON_PAUSE:
-        session.ON_PAUSE.append(lifecycle.ensure_agents_for)  # the node's agent and the gateway
+    if _start_node_agents not in listeners.ON_PAUSE:
+        listeners.ON_PAUSE.append(_start_node_agents)
     cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
     train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
     from raydbg.breakpoints import worker as armed_breakpoints
@@ -216,6 +215,13 @@ def _install_worker() -> None:
         from raydbg.memory import start_gate
 
         start_gate.worker_setup()
+
+
+def _start_node_agents(rec: Any) -> None:
+    """A session opened: its node's agent and the gateway, started in the background if absent."""
+    from raydbg.agent_host import lifecycle  # at the first pause: most workers never pause
+
+    lifecycle.ensure_agents_for(rec)
 
 
 def chain(user_hook: Any) -> Any:

@@ -71,7 +71,7 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
     from raydbg.gang import cooperative
     from raydbg.memory import start_gate
     from raydbg.telemetry import ray_tracing
-    from raydbg.worker import hook, session, train
+    from raydbg.worker import hook, listeners, train
 
     calls: list[str] = []
     monkeypatch.setattr(start_gate, "driver_setup", lambda: calls.append("driver"))
@@ -85,7 +85,7 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
     monkeypatch.setattr(activation, "publish_job_settings_at_connect", lambda settings: None)
     monkeypatch.setattr(hook, "install", lambda: None)
     monkeypatch.setattr(cooperative, "worker_setup", lambda: None)
-    monkeypatch.setattr(session, "ON_PAUSE", [])
+    monkeypatch.setattr(listeners, "ON_PAUSE", [])
     monkeypatch.setattr(train, "install", lambda: None)
     monkeypatch.setattr(armed_breakpoints, "worker_setup", lambda: None)
     monkeypatch.delenv(activation.USER_HOOK_ENV, raising=False)

@@ -1,4 +1,7 @@
-"""The worker's ways into a pause: `sys.breakpointhook`, Ray's post-mortem call and `raydbg.breakpoint()`."""
+"""The worker's ways into a pause: `sys.breakpointhook`, Ray's post-mortem call and `raydbg.breakpoint()`.
+
+The pause core is imported at the first pause, not at set-up: every worker of an
+activated job installs this module, few of them pause."""
 
 from __future__ import annotations
 
@@ -7,13 +10,13 @@ import sys
 from types import FrameType
 from typing import Any
 
-from raydbg.worker import session, train
-
 log = logging.getLogger("raydbg.worker")
 
 
 def breakpointhook(*args: Any, **kwargs: Any) -> None:
     """sys.breakpointhook in workers: pause this thread on the caller's line."""
+    from raydbg.worker import session
+
     frame = sys._getframe(1)
     try:
         session.pause(frame, "breakpoint")
@@ -23,6 +26,8 @@ def breakpointhook(*args: Any, **kwargs: Any) -> None:
 
 def post_mortem() -> None:
     """Called by Ray's task-error path (RAY_DEBUG_POST_MORTEM=1) inside its except clause."""
+    from raydbg.worker import session
+
     exc_type, exc, tb = sys.exc_info()
     if exc_type is None or exc is None or tb is None:
         return
@@ -49,6 +54,8 @@ def breakpoint_here(frame: FrameType, all_ranks: bool) -> None:
     if sys.breakpointhook is not breakpointhook:
         sys.breakpointhook()  # raydbg not active here (e.g. the driver): the ordinary hook
         return
+    from raydbg.worker import session, train
+
     with train.pausing_all_ranks(all_ranks):
         try:
             session.pause(frame, "breakpoint")

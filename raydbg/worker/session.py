@@ -7,19 +7,14 @@ import os
 import threading
 import time
 import traceback
-from collections.abc import Callable
 from types import FrameType
 
 from raydbg import config, ray_context, registry
 from raydbg.records import SessionRecord, new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, cap_text
-from raydbg.worker import debugger, resume, train
+from raydbg.worker import debugger, listeners, resume, train
 
 log = logging.getLogger("raydbg.worker")
-
-# Called with each new session's record once it is listed; activation adds the start of
-# the node's agent (a core knows no agent host).
-ON_PAUSE: list[Callable[[SessionRecord], None]] = []
 
 
 class _Metrics:
@@ -97,7 +92,7 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
     rec.breakpoint_id = breakpoint_id
     train.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started
-    for listener in ON_PAUSE:
+    for listener in listeners.ON_PAUSE:
         listener(rec)
     outcome = "failed"
     try:
