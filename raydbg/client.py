@@ -199,6 +199,11 @@ class Gateway:
         """Resume every rank of a pause group."""
         return dict(await self.post(f"/api/v1/groups/{group}/continue"))
 
+    async def continue_all(self, job: str | None = None) -> dict[str, Any]:
+        """Resume every paused session of `job` (None: of every job) in one request:
+        {"continued": [ids], "groups": [group ids], "job": job}; a GatewayError when none is paused."""
+        return dict(await self.post("/api/v1/continue", body={"job": job} if job is not None else {"all": True}))
+
     async def stacks(self, job: str | None = None, run: str | None = None, native: bool = False,
                      pyspy: bool = True, timeout: float = 30.0) -> dict[str, Any]:
         """Every worker's stacks, grouped (docs/hangs.md); `job`/`run` narrow it, `native` adds C

@@ -4,6 +4,7 @@
   GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1                 the whole cluster, grouped (gateway)
   POST /api/v1/sessions/{id}/continue   resume one paused session (waiting or attached)
   POST /api/v1/groups/{group}/continue  resume every rank of a pause-all group
+  POST /api/v1/continue                 {"job": ID} or {"all": true}: resume every paused session of the job (or all)
   GET  /api/v1/groups                   pause groups among the listed sessions
   GET  /api/v1/progress/local           this node's progress beats
   GET  /api/v1/progress                 every node's (gateway only)
@@ -12,10 +13,11 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from aiohttp import web
 
-from raydbg import progress_records, registry
+from raydbg import progress_records, registry, validate
 from raydbg.agent.server import AgentServer
 from raydbg.gang import collect, hang_service, node, pause
 from raydbg.worker import resume
@@ -37,6 +39,28 @@ def _pids(text: str | None) -> set[int] | None:
         return {int(p) for p in text.split(",") if p.strip()}
     except ValueError:
         raise BadRequest("pids must be comma-separated integers") from None
+
+
+def bulk_scope(body: Any) -> str | None:
+    """The job a bulk continue names (None: every job); BadRequest for any other body."""
+    if not isinstance(body, dict) or ("job" in body) == bool(body.get("all")):
+        raise BadRequest('send {"job": ID} or {"all": true}')
+    if body.get("all"):
+        if body["all"] is not True:
+            raise BadRequest('"all" must be true')
+        return None
+    job = body["job"]
+    if not isinstance(job, str) or not validate.is_id(job):
+        raise BadRequest(f"bad job id {job!r}: see `raydbg list` for the paused sessions' jobs")
+    return job
+
+
+def bulk_targets(sessions: list[dict[str, Any]], job: str | None) -> tuple[list[str], list[str]]:
+    """The session ids and pause groups a bulk continue resumes: `job`'s (None: every job's)."""
+    chosen = [r for r in sessions if r.get("id") and (job is None or str(r.get("job_id") or "") == job)]
+    ids = [str(r["id"]) for r in chosen]
+    groups = sorted({str(r["group"]) for r in chosen if r.get("group")})
+    return ids, groups
 
 
 def register(agent: AgentServer, app: web.Application) -> None:
@@ -91,6 +115,29 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
         await asyncio.to_thread(resume.request_group, gid)
         return web.json_response({"continued": ids, "group": gid})
 
+    async def continue_many(request: web.Request) -> web.Response:
+        try:
+            job = bulk_scope(await request.json())
+        except ValueError as exc:  # BadRequest, or a body that is not JSON
+            text = str(exc) if isinstance(exc, BadRequest) else 'send {"job": ID} or {"all": true}'
+            return web.json_response({"error": text}, status=400)
+        sessions = await asyncio.to_thread(registry.sessions)
+        ids, gids = bulk_targets(sessions, job)
+        if not ids:
+            where = f"of job {job}" if job is not None else "on the cluster"
+            return web.json_response({"error": f"no paused session {where}: see `raydbg list`"}, status=404)
+
+        def write() -> None:
+            # The same requests one `raydbg continue` each would write; a group's key also lets
+            # a rank that reaches the line after this go on, as `continue GROUP` does.
+            for gid in gids:
+                resume.request_group(gid)
+            for sid in ids:
+                resume.request_session(sid)
+
+        await asyncio.to_thread(write)
+        return web.json_response({"continued": ids, "groups": gids, "job": job})
+
     async def groups(request: web.Request) -> web.Response:
         return web.json_response(pause.groups(await asyncio.to_thread(registry.sessions)))
 
@@ -106,6 +153,7 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
     return [
         web.post("/api/v1/sessions/{id}/continue", continue_session),
         web.post("/api/v1/groups/{group}/continue", continue_group),
+        web.post("/api/v1/continue", continue_many),
         web.get("/api/v1/groups", groups),
         web.get("/api/v1/progress/local", progress_local),
         web.get("/api/v1/progress", progress_all),
