@@ -49,6 +49,7 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
     else:
         _add_setup_hook(out)
     install_driver_breakpoint()
+    start_agents_at_connect()
     from raydbg.telemetry import ray_tracing
 
     # Before the job's first .remote(): trace context to its tasks (their hook takes it).
@@ -146,14 +147,46 @@ def job_settings(job_hex: str) -> dict[str, str] | None:
     return {k: v for k, v in env.items() if isinstance(k, str) and isinstance(v, str) and config.is_carried(k)}
 
 
+# --- The node agents, with the job ---------------------------------------------------------
+_agents_at_connect = False
+
+
+def start_agents_at_connect() -> None:
+    """Once this driver connects, make sure an agent runs on every alive node and the gateway
+    on the head (in the background): the memory monitor, stacks and hang detection are then
+    on for the job. RAYDBG_AGENTS=off leaves that to `raydbg up`. Not once connected: `env`
+    is then a task's or actor's, and the driver's connect has passed."""
+    global _agents_at_connect
+    ray = sys.modules.get("ray")
+    if config.agents_mode() == "off" or (ray is not None and ray.is_initialized()):
+        return
+    _agents_at_connect = True
+    from raydbg import _ray_internals
+
+    _ray_internals.after_ray_init(_start_agents)
+
+
+def _start_agents() -> None:
+    global _agents_at_connect
+    wanted, _agents_at_connect = _agents_at_connect, False
+    if not wanted or not config.is_active():  # this ray.init was not activated (the hook outlives it)
+        return
+    import ray
+
+    from raydbg.agent_host import lifecycle
+
+    lifecycle.ensure_all_soon(lifecycle.who(f"job {ray.get_runtime_context().get_job_id()}"))
+
+
 def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:
     """Named by RAY_RUNTIME_ENV_HOOK; Ray calls it in the driver during ray.init()."""
     user = os.environ.get(USER_ENV_HOOK)
     if user and user != HOOK_NAME:
         env = config.load_object(user)(env)
     if not config.is_active():
-        global _settings_to_publish
+        global _settings_to_publish, _agents_at_connect
         _settings_to_publish = None
+        _agents_at_connect = False
         return dict(env or {})
     return with_raydbg(env)
 

@@ -86,6 +86,9 @@ def cmd_status(args: argparse.Namespace) -> int:
     for agent in status["agents"]:
         head = " (head)" if agent.get("is_head") else ""
         print(f"  agent {agent['node_id'][:12]} {agent['node_ip']}:{agent['port']} pid {agent['pid']}{head}")
+        if agent.get("started_by"):
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(agent.get("started_at") or 0)))
+            print(f"    started by {agent['started_by']} at {started}")
         mon = agent.get("memory_monitor") or {"state": "unknown (an older agent)"}
         why = f": {mon['reason']}" if mon.get("reason") else ""
         print(f"    memory monitor: {mon.get('state')}{why}")

@@ -45,6 +45,15 @@ def agent_name(node_id: str) -> str:
     return f"raydbg-agent-{node_id}"
 
 
+AGENTS_MODES = ("auto", "off")
+
+
+def agents_mode() -> str:
+    """RAYDBG_AGENTS: `auto` (an activated job starts the node agents and the gateway) or
+    `off` (an operator runs them with `raydbg up`); anything else counts as `auto`."""
+    return "off" if os.environ.get("RAYDBG_AGENTS", "").strip().lower() == "off" else "auto"
+
+
 def gateway_port() -> int:
     return int(os.environ.get("RAYDBG_GATEWAY_PORT", "0") or 0)
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg import _ray_internals, config, gateway_file, registry
+from raydbg import _ray_internals, config, gateway_file, ray_nodes, registry
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
@@ -26,12 +26,13 @@ log = logging.getLogger("raydbg.agent")
 FEATURES: tuple[Feature, ...] = (gang_routes, breakpoints_api)
 HEARTBEAT_S = 1.0
 PRUNE_EVERY_S = 60.0
+NODE_WATCH_S = 5.0  # the head's agent looks for nodes without an agent this often
 
 
 class NodeAgent:
     """One per node. Started by `raydbg up` or by the first paused worker on the node."""
 
-    def __init__(self, node_id: str, is_head: bool) -> None:
+    def __init__(self, node_id: str, is_head: bool, started_by: str = "", watch_nodes: bool = False) -> None:
         import ray
 
         from raydbg import telemetry
@@ -39,6 +40,8 @@ class NodeAgent:
         telemetry.setup("agent")
         self.node_id = node_id
         self.is_head = is_head
+        self.started_by = started_by
+        self.watch_nodes = watch_nodes and is_head
         self.node_ip = ray.util.get_node_ip_address()
         self.gcs_address = ray.get_runtime_context().gcs_address
         self.token = agent_token(is_head)
@@ -84,6 +87,8 @@ class NodeAgent:
             "python": platform.python_version(),  # the workers' (raydbg break add: 3.11 costs more)
             "is_head": self.is_head,
             "started_at": time.time(),
+            "started_by": self.started_by,
+            "watches_nodes": self.watch_nodes,
             "memory_monitor": {"state": "starting"},
         }
 
@@ -108,8 +113,14 @@ class NodeAgent:
             log.warning("raydbg gateway listening on %s:%s (token required)", self.node_ip, self.port)
 
     def _heartbeat(self) -> None:
-        next_prune = 0.0
+        next_prune = next_watch = 0.0
         while not self._stop.wait(HEARTBEAT_S):
+            if self.watch_nodes and time.monotonic() >= next_watch:
+                next_watch = time.monotonic() + NODE_WATCH_S
+                try:  # a node that joined after the job started gets its agent from here
+                    start_missing_agents(f"the head's agent (pid {os.getpid()}): a node joined", True)
+                except Exception:
+                    log.exception("raydbg agent: starting the agents of new nodes failed")
             if self.is_head and time.monotonic() >= next_prune:
                 # The event log is bounded (registry.EVENTS_KEEP, EVENTS_MAX_AGE_S); the gateway prunes.
                 next_prune = time.monotonic() + PRUNE_EVERY_S
@@ -158,6 +169,40 @@ class NodeAgent:
         if self.is_head:
             registry.delete(registry.GATEWAY)
             gateway_file.remove(_ray_internals.session_dir())
+
+
+def ensure_agent(node_id: str, is_head: bool, started_by: str = "", watch_nodes: bool = False) -> Any:
+    """Get or create the agent actor of `node_id` (idempotent, race-free by name); the
+    arguments count only for the agent that is created (who started it, and, on the head,
+    whether it starts the agents of nodes that join later)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    actor_cls = ray.remote(NodeAgent)
+    return actor_cls.options(  # type: ignore[attr-defined]
+        name=config.agent_name(node_id),
+        namespace=config.NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
+        num_cpus=0,
+        max_restarts=-1,
+        max_task_retries=-1,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+        # The agent must not run a job's hooks or take over its own breakpoints.
+        runtime_env={"env_vars": {"RAY_DEBUG": "0", "RAYDBG_AGENT": "1"}},
+    ).remote(node_id, is_head, started_by, watch_nodes)
+
+
+def start_missing_agents(started_by: str, watch_nodes: bool) -> list[str]:
+    """An agent on every alive node that has none registered, the head's (the gateway) first;
+    the node ids it was asked for (their agents register once started)."""
+    head = ray_nodes.head_node_id()
+    registered = {a.get("node_id") for a in registry.agents()}
+    alive = sorted(ray_nodes.alive_node_ids(), key=lambda nid: nid != head)
+    missing = [nid for nid in alive if nid not in registered]
+    for nid in missing:
+        ensure_agent(nid, nid == head, started_by, watch_nodes)
+    return missing
 
 
 def _spawn_memory_monitor(node_id: str, watch: MonitorWatch) -> Any:

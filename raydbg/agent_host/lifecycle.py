@@ -1,13 +1,21 @@
-"""Starting and stopping node agents: explicitly (`raydbg up/down`) or on a worker's first pause (its listener)."""
+"""Starting and stopping node agents: with an activated job (its driver, once connected, and
+a worker's first pause), explicitly (`raydbg up/down`), and on nodes that join later (the
+head's agent, raydbg/agent_host/actor.py). RAYDBG_AGENTS=off leaves the start to `raydbg up`.
+
+The agent host (actor.py) is imported only when an agent is to be started: a pausing
+worker and a driver pay for it in a background thread, if at all."""
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
+import socket
 import threading
 import time
 from typing import Any
 
-from raydbg import ray_nodes, registry
+from raydbg import config, ray_nodes, registry
 from raydbg.config import NAMESPACE, agent_name
 from raydbg.ray_nodes import head_node_id
 from raydbg.records import SessionRecord
@@ -18,49 +26,64 @@ _ensured: set[str] = set()
 _ensure_lock = threading.Lock()
 
 
-def ensure_agent(node_id: str, is_head: bool) -> Any:
+JOIN_AT_EXIT_S = 10.0  # a driver that exits at once waits this long for its agent start
+
+
+def who(what: str) -> str:
+    """`started_by` of the agents this process starts: what, which process, where."""
+    return f"{what} (pid {os.getpid()} on {socket.gethostname()})"
+
+
+def ensure_agent(node_id: str, is_head: bool, started_by: str = "") -> Any:
     """Get or create the agent actor of `node_id` (idempotent, race-free by name)."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from raydbg.agent_host import actor
 
-    from raydbg.agent_host.actor import NodeAgent
-
-    actor_cls = ray.remote(NodeAgent)
-    return actor_cls.options(  # type: ignore[attr-defined]
-        name=agent_name(node_id),
-        namespace=NAMESPACE,
-        get_if_exists=True,
-        lifetime="detached",
-        num_cpus=0,
-        max_restarts=-1,
-        max_task_retries=-1,
-        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-        # The agent must not run a job's hooks or take over its own breakpoints.
-        runtime_env={"env_vars": {"RAY_DEBUG": "0", "RAYDBG_AGENT": "1"}},
-    ).remote(node_id, is_head)
+    return actor.ensure_agent(node_id, is_head, started_by, watch_nodes=config.agents_mode() != "off")
 
 
 def ensure_agents_for(rec: SessionRecord) -> None:
     """A session opened (the worker's pause listener): its node's agent and the gateway."""
-    ensure_agents_soon(rec.node_id)
+    if config.agents_mode() != "off":
+        ensure_agents_soon(rec.node_id, who(f"a pause (session {rec.id})"))
 
 
-def ensure_agents_soon(node_id: str) -> None:
+def ensure_all_soon(started_by: str) -> threading.Thread:
+    """From an activated driver once connected: an agent on every alive node and the gateway,
+    in the background (the job's first task does not wait); joined at exit, bounded, so a
+    driver that ends at once does not leave the start half done."""
+    thread = threading.Thread(target=_ensure_all_quietly, args=(started_by,), name="raydbg-start-agents",
+                              daemon=True)
+    thread.start()
+    atexit.register(thread.join, JOIN_AT_EXIT_S)
+    return thread
+
+
+def _ensure_all_quietly(started_by: str) -> None:
+    try:
+        from raydbg.agent_host import actor
+
+        actor.start_missing_agents(started_by, watch_nodes=True)
+    except Exception:
+        log.exception("raydbg: could not start node agents")
+
+
+def ensure_agents_soon(node_id: str, started_by: str = "") -> None:
     """From a pausing worker: make sure this node's agent and the gateway exist (background)."""
     with _ensure_lock:
         if node_id in _ensured or not node_id:
             return
         _ensured.add(node_id)
-    threading.Thread(target=_ensure_quietly, args=(node_id,), name="raydbg-ensure-agents", daemon=True).start()
+    threading.Thread(target=_ensure_quietly, args=(node_id, started_by), name="raydbg-ensure-agents",
+                     daemon=True).start()
 
 
-def _ensure_quietly(node_id: str) -> None:
+def _ensure_quietly(node_id: str, started_by: str) -> None:
     try:
         head = head_node_id()
         if head and head != node_id and registry.get(registry.GATEWAY) is None:
-            ensure_agent(head, True)
+            ensure_agent(head, True, started_by)
         if registry.get(registry.AGENT + node_id) is None:
-            ensure_agent(node_id, node_id == head)
+            ensure_agent(node_id, node_id == head, started_by)
     except Exception:
         log.exception("raydbg: could not start node agents")
         with _ensure_lock:
@@ -73,7 +96,7 @@ def up(timeout: float = 60.0) -> list[dict[str, Any]]:
 
     head = head_node_id()
     alive = [str(n["NodeID"]) for n in ray_nodes.nodes() if n.get("Alive")]
-    handles = [ensure_agent(nid, nid == head) for nid in alive]
+    handles = [ensure_agent(nid, nid == head, who("raydbg up")) for nid in alive]
     ray.get([h.ping.remote() for h in handles], timeout=timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -89,7 +112,8 @@ def down() -> int:
     import ray
 
     stopped = 0
-    for agent in registry.agents():
+    # The head's first: it starts the agents of nodes without one (actor.start_missing_agents).
+    for agent in sorted(registry.agents(), key=lambda a: not a.get("is_head")):
         try:
             handle = ray.get_actor(agent_name(agent["node_id"]), namespace=NAMESPACE)
         except ValueError:

@@ -1,0 +1,88 @@
+"""RAY_DEBUG=1 is all it takes: the job's driver brings the agents up (no `raydbg up`, no pause).
+
+With the agents come the memory monitor, the stacks and the hang detector; RAYDBG_AGENTS=off
+leaves all of it to `raydbg up`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import pytest
+import ray
+
+from e2e.conftest import Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+HANG_AFTER_S = 15
+
+
+def stuck_after_one_beat() -> None:
+    """Beats once, then makes no progress (a rank stuck before its next step)."""
+    import raydbg
+
+    raydbg.progress(1)
+    time.sleep(600)
+
+
+def _status(c: Cluster) -> dict[str, Any] | None:
+    out = c.cli("status", "--json")
+    return json.loads(out.stdout) if out.returncode == 0 else None
+
+
+def _wait(what: str, timeout: float, probe: Any) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = probe()
+        if got:
+            return got
+        time.sleep(0.5)
+    raise AssertionError(f"{what} within {timeout}s")
+
+
+def test_the_job_brings_the_agents_monitor_stacks_and_hang_detection_up() -> None:
+    env = {"RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S)}
+    with Cluster(num_cpus=2, env=env, by_value=(sys.modules[__name__],)) as c:
+        connected = time.monotonic()
+        # No `raydbg up` and nothing paused: the driver's connect started them.
+        status = _wait("no agent registered", 60, lambda: _status(c))
+        took = time.monotonic() - connected
+        (agent,) = status["agents"]
+        assert agent["is_head"] and agent["node_id"] == c.head_node_id()
+        job = ray.get_runtime_context().get_job_id()
+        assert agent["started_by"].startswith(f"job {job} (pid "), agent
+        assert agent["watches_nodes"] is True
+        assert f"started by job {job} (pid " in c.cli("status").stdout
+        running = _wait("the memory monitor not running", 60, lambda: (
+            [a for a in (_status(c) or {"agents": []})["agents"]
+             if (a.get("memory_monitor") or {}).get("state") == "running"]))
+        assert running[0]["node_id"] == agent["node_id"]
+        print(f"agents registered {took:.1f}s after the driver connected")
+
+        ref = ray.remote(stuck_after_one_beat).remote()
+        stacks = _wait("the stuck task not in `raydbg stacks`", 60, lambda: (
+            [w for w in json.loads(c.cli("stacks", "--json", "--job", job).stdout or "{}").get("workers", [])
+             if w.get("task_name") == "stuck_after_one_beat"]))
+        assert stacks[0]["threads"], stacks[0]
+        hangs = _wait("no hang event", 120, lambda: (
+            [e for e in json.loads(c.cli("events", "--json").stdout or "[]")
+             if e.get("kind") == "hang" and (e.get("details") or {}).get("job_id") == job]))
+        assert hangs[0]["details"]["stalled_for_s"] >= HANG_AFTER_S
+        ray.cancel(ref, force=True)
+
+
+def test_with_agents_off_nothing_starts_until_raydbg_up() -> None:
+    with Cluster(num_cpus=2, env={"RAYDBG_AGENTS": "off"}, by_value=(sys.modules[__name__],)) as c:
+        # The auto start registers within a few seconds (above); give it more than that.
+        assert ray.get(ray.remote(lambda: 1).remote(), timeout=60) == 1
+        time.sleep(10)
+        off = c.cli("status")
+        assert off.returncode == 1 and "not active" in off.stderr, off
+        c.up()
+        (agent,) = _status(c)["agents"]  # type: ignore[index]
+        assert agent["started_by"].startswith("raydbg up (pid "), agent
+        assert agent["watches_nodes"] is False  # an operator's agents: the operator starts new nodes' too
