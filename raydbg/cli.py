@@ -3,19 +3,19 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
-import logging
 import os
-import shutil
 import sys
-import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from raydbg import records
-from raydbg.client import Gateway, GatewayError
+# Only what building the parser needs is imported here: each command imports its own (asyncio,
+# json, Ray, the telemetry reader, Textual) when it runs. `raydbg list` from a shell is mostly
+# Python's start and these imports (tests/test_cli_imports.py keeps them out).
+from raydbg.client import GatewayError
 from raydbg.commands.base import UserError, add_gateway_args, gateway_from_args, print_json
+
+if TYPE_CHECKING:
+    from raydbg.client import Gateway
 
 
 # --- run / up / down ------------------------------------------------------------
@@ -38,6 +38,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _connect_ray() -> None:
+    import logging
+
     import ray
 
     address = os.environ.get("RAY_ADDRESS") or "auto"
@@ -75,6 +77,9 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 # --- status / list ----------------------------------------------------------------
 def cmd_status(args: argparse.Namespace) -> int:
+    import asyncio
+    import time
+
     gw = gateway_from_args(args)
     status = asyncio.run(gw.status())
     if args.json:
@@ -103,6 +108,8 @@ LIST_DROP_ORDER = ("function", "job", "attached", "pid", "node", "paused", "reas
 
 
 def _list_row(rec: dict[str, Any], now: float) -> tuple[str, ...]:
+    from raydbg import records
+
     return (
         rec["id"],
         rec.get("job_id", ""),
@@ -141,14 +148,21 @@ def cmd_list(args: argparse.Namespace) -> int:
     from raydbg.gang.ranks import held_lines
 
     gw = gateway_from_args(args)
-    # Ranks held by a paused Train rank (the gateway's stacks, asked only for Train sessions).
-    recs = asyncio.run(with_held(gw, asyncio.run(gw.sessions())))
+    recs = gw.sessions_now()  # one call, no event loop: the common case imports no asyncio
+    if any(r.get("train_run") for r in recs):
+        import asyncio
+
+        # Ranks held by a paused Train rank (the gateway's stacks, asked only for Train sessions).
+        recs = asyncio.run(with_held(gw, recs))
     if args.json:
         print_json(recs)
         return 0
     if not recs:
         print("no paused sessions")
         return 0
+    import shutil
+    import time
+
     from raydbg import table_layout
 
     now = time.time()
@@ -163,6 +177,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def _print_event(ev: dict[str, Any], as_json: bool) -> None:
+    import json
+    import time
+
     if as_json:
         print(json.dumps(ev, sort_keys=True), flush=True)
         return
@@ -171,6 +188,9 @@ def _print_event(ev: dict[str, Any], as_json: bool) -> None:
 
 
 def cmd_events(args: argparse.Namespace) -> int:
+    import asyncio
+    import time
+
     gw = gateway_from_args(args)
     events = asyncio.run(gw.events(args.limit))
     if not args.follow:
@@ -195,6 +215,8 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 # --- forward ----------------------------------------------------------------------
 def cmd_forward(args: argparse.Namespace) -> int:
+    import asyncio
+
     from raydbg.forward import Forwarder
     from raydbg.session_ids import resolve_session
 
@@ -220,6 +242,8 @@ def cmd_forward(args: argparse.Namespace) -> int:
 # --- prometheus -------------------------------------------------------------------
 def cmd_prometheus(args: argparse.Namespace) -> int:
     """Write a file_sd target file of every agent's /metrics and print the scrape config."""
+    import asyncio
+
     from raydbg import auth
     from raydbg.telemetry.prometheus import scrape_config, write_file_sd
 
@@ -303,12 +327,25 @@ REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tu
                                _register_stacks, _register_breakpoints]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from raydbg import compat
+class _VersionAction(argparse.Action):
+    """argparse's `version` action, with the versions looked up only when asked for
+    (compat reads the installed packages' metadata: tens of ms every other command would pay)."""
 
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS,
+                 default: str = argparse.SUPPRESS, help: str | None = None) -> None:  # noqa: A002
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        from raydbg import compat
+
+        parser._print_message(compat.versions_line() + "\n", sys.stdout)
+        parser.exit()
+
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raydbg", description=__doc__)
-    parser.add_argument("--version", action="version", version=compat.versions_line(),
-                        help="print raydbg's, Ray's and debugpy's versions")
+    parser.add_argument("--version", action=_VersionAction, help="print raydbg's, Ray's and debugpy's versions")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in REGISTRARS:
         register(sub)

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
-import http.client
 import json
 import os
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,6 +14,9 @@ from raydbg.private_dir import UnsafeDirError
 
 if TYPE_CHECKING:
     import aiohttp
+
+# asyncio, http.client and socket are imported where they are used: `raydbg list` needs no event
+# loop, and `raydbg --help` or `raydbg trace` no HTTP client (each import is tens of ms at start-up).
 
 
 class GatewayError(Exception):
@@ -65,6 +65,25 @@ def _local_gateway_file(session: Path, gcs_address: str | None = None) -> str | 
         return None
 
 
+def _local_gateway_index(gcs_address: str) -> str | None:
+    """The gateway the head agent of the cluster at `gcs_address` left in our own ~/.raydbg
+    (when that agent runs on this machine and is alive): no Ray import, whatever
+    /tmp/ray/session_latest points at."""
+    try:
+        info = gateway_file.read_index(gcs_address)
+        if info.get("gcs_address") != gcs_address:
+            return None
+        if not isinstance(info.get("pid"), int) or not _pid_alive(info["pid"]):
+            return None  # left by a killed agent: Ray's record says whether another one runs
+        return str(info["address"])
+    except FileNotFoundError:
+        return None
+    except UnsafeDirError as exc:
+        raise GatewayError(str(exc)) from None
+    except (ValueError, KeyError, TypeError, OSError):
+        return None
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -83,7 +102,8 @@ def find_gateway(address: str | None = None) -> str:
         return os.environ["RAYDBG_GATEWAY"]
     ray_address = os.environ.get("RAY_ADDRESS", "")
     if ray_address and ray_address != "auto" and "://" not in ray_address:
-        found = _local_gateway_file(LOCAL_SESSION, gcs_address=ray_address) or _gateway_from_gcs(ray_address)
+        found = (_local_gateway_file(LOCAL_SESSION, gcs_address=ray_address)
+                 or _local_gateway_index(ray_address) or _gateway_from_gcs(ray_address))
         if found:
             return found
         raise GatewayError(f"raydbg is not active on the cluster at {ray_address}: run `raydbg up`")
@@ -92,7 +112,7 @@ def find_gateway(address: str | None = None) -> str:
         return found
     gcs = _local_gcs_address()
     if gcs:
-        found = _gateway_from_gcs(gcs)
+        found = _local_gateway_index(gcs) or _gateway_from_gcs(gcs)
         if found:
             return found
         raise GatewayError("raydbg is not active on the local Ray cluster: run `raydbg up`")
@@ -135,8 +155,14 @@ class Gateway:
 
     async def request(self, method: str, path: str, timeout: float = 10.0, body: Any = None) -> Any:
         """One call; `body`, when given, is sent as JSON. An HTTP error is a GatewayError with the gateway's line."""
+        import asyncio
+
         # The standard library's client, not aiohttp: a CLI command pays ~0.2 s less start-up.
-        status, data = await asyncio.to_thread(self._call, method, path, timeout, body)
+        return await asyncio.to_thread(self.call, method, path, timeout, body)
+
+    def call(self, method: str, path: str, timeout: float = 10.0, body: Any = None) -> Any:
+        """`request` without an event loop (blocking): for a CLI command that makes one call."""
+        status, data = self._call(method, path, timeout, body)
         try:
             answer = json.loads(data)
         except ValueError:
@@ -151,6 +177,9 @@ class Gateway:
         return answer
 
     def _call(self, method: str, path: str, timeout: float, body: Any) -> tuple[int, bytes]:
+        import http.client
+        import socket
+
         host, _, port = self.address.rpartition(":")
         if not host or not port.isdigit():
             raise GatewayError(f"gateway address {self.address!r} is not HOST:PORT")
@@ -175,6 +204,10 @@ class Gateway:
 
     async def sessions(self) -> list[dict[str, Any]]:
         return list(await self.get("/api/v1/sessions"))
+
+    def sessions_now(self) -> list[dict[str, Any]]:
+        """`sessions`, blocking, without an event loop (`raydbg list`: no asyncio to import)."""
+        return list(self.call("GET", "/api/v1/sessions"))
 
     async def session(self, sid: str) -> dict[str, Any]:
         return dict(await self.get(f"/api/v1/sessions/{sid}"))

@@ -4,6 +4,10 @@ The file is `<session dir>/raydbg-<uid>/gateway.json`: the session dir is open t
 local user, so it lives in our own 0700 dir inside it (see private_dir). The agent writes
 it; the CLI, the TUI (and the VS Code extension, in localGateway.ts) read it without
 connecting to Ray, so this module imports neither Ray nor the agent.
+
+The same JSON is also left by cluster, as the token is (`~/.raydbg/gateways/<gcs address>.json`,
+0700 dirs): a client given RAY_ADDRESS finds its cluster's gateway there even when
+/tmp/ray/session_latest is another cluster's (several clusters on one machine), without Ray.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,35 @@ def path(session_dir: str | os.PathLike[str]) -> Path:
     return Path(session_dir) / f"raydbg-{os.getuid()}" / NAME
 
 
+def index_dir() -> Path:
+    """`~/.raydbg/gateways` (HOME read at call time, as for the tokens)."""
+    return Path.home() / ".raydbg" / "gateways"
+
+
+def index_path(gcs_address: str) -> Path:
+    """The gateway file of the cluster at `gcs_address` (host:port) in our own ~/.raydbg."""
+    return index_dir() / (re.sub(r"[^A-Za-z0-9.-]", "_", gcs_address.strip().lower()) + ".json")
+
+
+def _private_index_dir() -> Path:
+    d = index_dir()
+    for part in (d.parent, d):
+        try:
+            os.mkdir(part, 0o700)
+        except FileExistsError:
+            pass
+        check_private(part)
+    return d
+
+
+def _write_json(target: Path, gateway: dict[str, Any]) -> None:
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)
+    with os.fdopen(create_new(tmp), "w") as f:
+        f.write(json.dumps(gateway))
+    os.replace(tmp, target)  # a reader never sees half a file
+
+
 def write(session_dir: str | None, gateway: dict[str, Any]) -> None:
     """Local clients on the head find the gateway here without connecting to Ray.
     Never raises: without the file a client asks Ray's record instead."""
@@ -34,16 +68,33 @@ def write(session_dir: str | None, gateway: dict[str, Any]) -> None:
         if session_dir is None:
             return
         private_dir(session_dir)  # creates our dir, or refuses one that is not private
-        target = path(session_dir)
-        tmp = target.with_name(f".{NAME}.{os.getpid()}")
-        tmp.unlink(missing_ok=True)
-        with os.fdopen(create_new(tmp), "w") as f:
-            f.write(json.dumps(gateway))
-        os.replace(tmp, target)  # a reader never sees half a file
+        _write_json(path(session_dir), gateway)
     except UnsafeDirError as e:
         log.warning("raydbg: no gateway file for local clients: %s", e)
     except Exception:
         log.debug("raydbg: no session dir for the gateway file", exc_info=True)
+    write_index(gateway)
+
+
+def write_index(gateway: dict[str, Any]) -> None:
+    """The gateway's JSON in ~/.raydbg/gateways, by its cluster's GCS address. Never raises."""
+    try:
+        gcs = gateway.get("gcs_address")
+        if isinstance(gcs, str) and gcs:
+            _private_index_dir()
+            _write_json(index_path(gcs), gateway)
+    except UnsafeDirError as e:
+        log.warning("raydbg: no gateway file in ~/.raydbg for local clients: %s", e)
+    except Exception:
+        log.debug("raydbg: no gateway file in ~/.raydbg", exc_info=True)
+
+
+def read_index(gcs_address: str) -> Any:
+    """The JSON the head agent of the cluster at `gcs_address` left in ~/.raydbg (as `read`)."""
+    target = index_path(gcs_address)
+    check_private(target.parent)
+    with os.fdopen(open_private(target, os.O_RDONLY)) as f:
+        return json.loads(f.read())
 
 
 def remove(session_dir: str | None) -> None:
@@ -51,9 +102,25 @@ def remove(session_dir: str | None) -> None:
     try:
         if session_dir is not None:
             private_dir(session_dir)
+            try:
+                mine = read(session_dir)
+            except Exception:
+                mine = None
             path(session_dir).unlink(missing_ok=True)
+            if isinstance(mine, dict) and isinstance(mine.get("gcs_address"), str) and mine["gcs_address"]:
+                _remove_index(mine)
     except Exception:
         log.debug("raydbg: gateway file not removed", exc_info=True)
+
+
+def _remove_index(mine: dict[str, Any]) -> None:
+    """Remove the ~/.raydbg entry too, if it is still this agent's (a newer agent's stays)."""
+    try:
+        left = read_index(mine["gcs_address"])
+    except Exception:
+        return
+    if isinstance(left, dict) and left.get("pid") == mine.get("pid") and left.get("address") == mine.get("address"):
+        index_path(mine["gcs_address"]).unlink(missing_ok=True)
 
 
 def read(session_dir: str | os.PathLike[str]) -> Any:

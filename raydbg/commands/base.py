@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from raydbg.client import Gateway
+if TYPE_CHECKING:
+    from raydbg.client import Gateway
 
 
 class UserError(Exception):
@@ -23,8 +23,12 @@ def add_gateway_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None
 
 def gateway_from_args(args: argparse.Namespace) -> Gateway:
     """The gateway that --address / --token-file name, else the one found (GatewayError if none)."""
+    from raydbg.client import Gateway
+
     return Gateway.discover(getattr(args, "address", None), getattr(args, "token_file", None))
 
 
 def print_json(data: Any) -> None:
+    import json
+
     print(json.dumps(data, indent=2, sort_keys=True))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import re
 import sys
@@ -55,6 +54,8 @@ def describe(bp: dict[str, Any]) -> str:
 
 
 def cmd_add(args: argparse.Namespace) -> int:
+    import asyncio
+
     try:
         path, line = model.parse_spec(args.spec)
     except model.BadBreakpoint as exc:
@@ -80,6 +81,8 @@ def cmd_add(args: argparse.Namespace) -> int:
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    import asyncio
+
     bps = asyncio.run(gateway_from_args(args).breakpoints(args.job))
     if args.json:
         print_json(bps)
@@ -103,6 +106,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
+    import asyncio
+
     gw = gateway_from_args(args)
     if args.all == bool(args.id):
         raise UserError("give a breakpoint id or --all (see `raydbg break list`)")

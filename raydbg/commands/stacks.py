@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 from raydbg.commands.base import UserError, add_gateway_args, gateway_from_args, print_json
 
 
 def cmd_stacks(args: argparse.Namespace) -> int:
+    import asyncio
+
     from raydbg.gang.report import render
 
     gw = gateway_from_args(args)

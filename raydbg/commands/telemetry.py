@@ -6,16 +6,16 @@
 from __future__ import annotations
 
 import argparse
-import datetime
-import json
 import sys
 from typing import Any
 
-from raydbg.telemetry import goodput, reader
-from raydbg.telemetry.goodput_report import goodput_report
+# The telemetry reader, the goodput report and json are imported by the commands that use them:
+# building the parser (every `raydbg` command) must not pay for them.
 
 
 def _dirs(args: argparse.Namespace) -> list[str]:
+    from raydbg.telemetry import reader
+
     return list(args.dir) if args.dir else reader.default_dirs()
 
 
@@ -25,10 +25,16 @@ def _fail(message: str) -> int:
 
 
 def _clock(ts: float) -> str:
+    import datetime
+
     return datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S.%f")[:-3]
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
+    import json
+
+    from raydbg.telemetry import reader
+
     dirs = _dirs(args)
     if not reader.files(dirs):
         return _fail(
@@ -69,6 +75,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 
 def cmd_goodput(args: argparse.Namespace) -> int:
+    import json
+
+    from raydbg.telemetry import goodput
+    from raydbg.telemetry.goodput_report import goodput_report
+
     try:
         png_path = None if args.no_png else (args.png or "raydbg-goodput-{run}.png")
         report, png = goodput_report(args.run, _dirs(args), args.rank, png_path)
