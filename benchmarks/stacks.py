@@ -14,8 +14,8 @@ on its PATH. Then what raydbg's gang layer costs a training step while nobody as
 stacks: in one process, the SD app's tiny preset UNet training step in blocks, with
 raydbg's part (the stack hook installed, and a `raydbg.progress()` beat per step, as
 `ray.train.report` and step spans give it) on and off in alternating order (paired A/B),
-plus an A/A control of two plain blocks, also alternated. Results go to
-benchmarks/results/stacks.json.
+plus an A/A control of two plain blocks, also alternated (`--overhead-pairs 0`: not measured).
+Results go to benchmarks/results/stacks.json (or --out).
 """
 
 from __future__ import annotations
@@ -218,6 +218,8 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
 
 
 def overhead_benchmark(pairs: int, steps: int, progress: Progress) -> dict[str, Any]:
+    if pairs <= 0:  # --overhead-pairs 0: nothing to take a median of
+        return {"measured": False, "steps_per_block": steps, "pairs": 0}
     task = progress.add_task("A/B step cost (one process, hook toggled)", total=1)
     code = STEP_LOOP.format(repo=str(REPO), steps=steps, pairs=pairs)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=1800,
@@ -227,11 +229,22 @@ def overhead_benchmark(pairs: int, steps: int, progress: Progress) -> dict[str, 
     got = json.loads(out.stdout)
     progress.advance(task)
     return {
+        "measured": True,
         "loop": "SD tiny preset UNet training step (batch 8, 8x8 latents, AdamW), 1 torch thread; B: stack hook + progress() per step; ratio of block medians",
         "steps_per_block": steps, "pairs": pairs,
         "hook_over_plain": {**stats(got["ab"]), "ci95": median_ci(got["ab"]), "ratios": got["ab"]},
         "plain_over_plain_control": {**stats(got["aa"]), "ci95": median_ci(got["aa"]), "ratios": got["aa"]},
     }
+
+
+def overhead_line(o: dict[str, Any]) -> str:
+    """The step-cost line of the report ("not measured" with --overhead-pairs 0)."""
+    if not o.get("measured", True):
+        return "step cost, raydbg's gang layer on / off: not measured (--overhead-pairs 0)"
+    ab, aa = o["hook_over_plain"], o["plain_over_plain_control"]
+    return (f"step cost, raydbg's gang layer on / off: median {ab['median']:.4f} "
+            f"(95% CI {ab['ci95'][0]:.4f}-{ab['ci95'][1]:.4f}); A/A control {aa['median']:.4f} "
+            f"({aa['ci95'][0]:.4f}-{aa['ci95'][1]:.4f}); {o['pairs']} pairs")
 
 
 def main() -> None:
@@ -241,6 +254,7 @@ def main() -> None:
     parser.add_argument("--overhead-pairs", type=int, default=20)
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--skip-stacks", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS, help=f"JSON results (default {RESULTS.relative_to(REPO)})")
     args = parser.parse_args()
     console = Console()
     result: dict[str, Any] = {"when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -261,15 +275,12 @@ def main() -> None:
                       f"{s['median']:.3f} / {s['max']:.3f}", f"{s['median'] / c['median']:.1f}x",
                       f"raydbg yes ({len(r['classes_of_stuck'])} classes); ray stack no")
     console.print(table)
-    o = result["overhead"]
-    ab, aa = o["hook_over_plain"], o["plain_over_plain_control"]
-    console.print(f"step cost, raydbg's gang layer on / off: median {ab['median']:.4f} "
-                  f"(95% CI {ab['ci95'][0]:.4f}-{ab['ci95'][1]:.4f}); A/A control {aa['median']:.4f} "
-                  f"({aa['ci95'][0]:.4f}-{aa['ci95'][1]:.4f}); {o['pairs']} pairs")
+    console.print(overhead_line(result["overhead"]))
     console.print(f"load average before {result['load_before']}, after {result['load_after']}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
-    console.print(f"written to {RESULTS.relative_to(REPO)}")
+    out = args.out.resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    console.print(f"written to {out.relative_to(REPO) if out.is_relative_to(REPO) else out}")
 
 
 if __name__ == "__main__":
