@@ -37,16 +37,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+TOKEN_HINT = ("the cluster uses Ray's token authentication: run with RAY_AUTH_MODE=token "
+              "(the token in ~/.ray/auth_token or RAY_AUTH_TOKEN)")
+
+
 def _connect_ray() -> None:
     import logging
 
     import ray
 
     address = os.environ.get("RAY_ADDRESS") or "auto"
+    refused = getattr(ray.exceptions, "AuthenticationError", ())  # Ray >= 2.52
     try:
         ray.init(address=address, namespace="raydbg", logging_level=logging.ERROR, log_to_driver=False)
+    except refused:
+        raise UserError(f"Ray refused the connection: {TOKEN_HINT}") from None
     except ConnectionError as exc:
-        raise UserError(f"no Ray cluster to connect to ({exc}); start one with `ray start --head`") from None
+        # A token-auth cluster refuses a client without RAY_AUTH_MODE=token the same way.
+        hint = "" if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else f"; or, if {TOKEN_HINT}"
+        raise UserError(f"no Ray cluster to connect to ({exc}); start one with `ray start --head`{hint}") from None
 
 
 def cmd_up(args: argparse.Namespace) -> int:

@@ -86,3 +86,13 @@ def test_with_agents_off_nothing_starts_until_raydbg_up() -> None:
         (agent,) = _status(c)["agents"]  # type: ignore[index]
         assert agent["started_by"].startswith("raydbg up (pid "), agent
         assert agent["watches_nodes"] is False  # an operator's agents: the operator starts new nodes' too
+
+
+def test_a_node_that_joins_later_gets_its_agent_from_the_head() -> None:
+    with Cluster(num_cpus=2) as c:
+        _wait("no head agent", 60, lambda: _status(c))
+        far = c.add_node(num_cpus=1)
+        agents = _wait("the new node's agent not registered", 90, lambda: (
+            [a for a in (_status(c) or {"agents": []})["agents"] if a["node_id"] == far.node_id]))
+        assert agents[0]["started_by"].startswith("the head's agent (pid "), agents[0]
+        assert agents[0]["is_head"] is False

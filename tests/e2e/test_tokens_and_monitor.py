@@ -101,7 +101,12 @@ from raydbg.agent.token import ray_auth_token
 with Cluster(num_cpus=2, env={"RAYDBG_WAIT_TIMEOUT": "60"}) as cluster:
     gw = cluster.up()
     out = cluster.cli("list", "--json")
-    print(json.dumps({"gateway": gw.address, "token": gw.token, "ray_token": ray_auth_token(),
+    import os, subprocess
+    from cluster import RAYDBG
+    shell = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}  # a new shell's
+    off = subprocess.run([*RAYDBG, "up"], env={**shell, "RAY_ADDRESS": cluster.address},
+                         capture_output=True, text=True, timeout=120, cwd=REPO)
+    print(json.dumps({"up_without_token_mode": [off.returncode, off.stderr],"gateway": gw.address, "token": gw.token, "ray_token": ray_auth_token(),
                       "list_rc": out.returncode, "list": out.stdout, "stderr": out.stderr[-2000:],
                       "file": str(auth.token_path(gw.address))}))
 """
@@ -118,6 +123,11 @@ def test_with_ray_token_auth_raydbg_keeps_no_copy_of_rays_token(home: Path) -> N
     ray_token = (home / ".ray" / "auth_token").read_text().strip()  # where Ray keeps it
     assert got["ray_token"] == ray_token and got["token"] == ray_token  # the gateway checks Ray's
     assert got["list_rc"] == 0 and json.loads(got["list"]) == [], got["stderr"]
+    # `raydbg up` from a shell without RAY_AUTH_MODE=token: after Ray's own retry lines, one
+    # line that says what to do.
+    rc, err = got["up_without_token_mode"]
+    last = err.strip().splitlines()[-1]
+    assert rc == 1 and last.startswith("raydbg: ") and "RAY_AUTH_MODE=token" in last, err[-2000:]
     assert not Path(got["file"]).exists()  # no raydbg token file for this gateway
     copies = [p for p in home.joinpath(".raydbg").rglob("*") if p.is_file() and ray_token in p.read_text()]
     assert copies == [], f"Ray's token copied to {copies}"
