@@ -82,6 +82,7 @@ def test_with_agents_off_nothing_starts_until_raydbg_up() -> None:
         time.sleep(10)
         off = c.cli("status")
         assert off.returncode == 1 and "not active" in off.stderr, off
+        assert c.cli("stacks", "--json").returncode == 1  # no gateway to ask
         c.up()
         (agent,) = _status(c)["agents"]  # type: ignore[index]
         assert agent["started_by"].startswith("raydbg up (pid "), agent
