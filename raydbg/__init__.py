@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING, Any
 
-from raydbg.activation import runtime_env
 from raydbg.version import __version__
+
+if TYPE_CHECKING:
+    from raydbg.activation import runtime_env
 
 __all__ = ["runtime_env", "progress", "breakpoint", "__version__"]
 
@@ -22,3 +25,13 @@ def breakpoint(all_ranks: bool = False) -> None:  # noqa: A001  (mirrors the bui
     from raydbg.worker.hook import breakpoint_here
 
     breakpoint_here(sys._getframe(1), all_ranks)
+
+
+def __getattr__(name: str) -> Any:
+    # `raydbg.runtime_env` loads activation when asked: the CLI (and any process that only
+    # imports a part of raydbg) does not pay for it.
+    if name == "runtime_env":
+        from raydbg.activation import runtime_env
+
+        return runtime_env
+    raise AttributeError(f"module 'raydbg' has no attribute {name!r}")
