@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import hmac
 import os
-import re
 import secrets
 from pathlib import Path
 
-from raydbg.private_dir import check_private, create_new
+from raydbg.private_dir import (
+    address_file_name,
+    create_new,
+    home_dir,
+    private_home_dir,
+)
 
 
 class TokenError(Exception):
@@ -45,29 +49,18 @@ def ray_token() -> str | None:
 
 def tokens_dir() -> Path:
     """`~/.raydbg/tokens` (HOME read at call time: tests and sandboxes move it)."""
-    return Path.home() / ".raydbg" / "tokens"
+    return home_dir("tokens")
 
 
 def token_path(gateway: str) -> Path:
     """The file that holds the raydbg token of the gateway at `gateway` (host:port)."""
-    return tokens_dir() / re.sub(r"[^A-Za-z0-9.-]", "_", gateway.strip().lower())
-
-
-def _private_tokens_dir() -> Path:
-    d = tokens_dir()
-    for part in (d.parent, d):
-        try:
-            os.mkdir(part, 0o700)
-        except FileExistsError:
-            pass
-        check_private(part)
-    return d
+    return tokens_dir() / address_file_name(gateway)
 
 
 def save_cluster_token(gateway: str, token: str) -> Path:
     """Leave a cluster's raydbg token for local clients of its gateway (0600, no symlinks)."""
     path = token_path(gateway)
-    _private_tokens_dir()
+    private_home_dir("tokens")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     with os.fdopen(create_new(tmp), "w") as f:
         f.write(token + "\n")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,30 +51,24 @@ LOCAL_SESSION = Path("/tmp/ray/session_latest")
 def _local_gateway_file(session: Path, gcs_address: str | None = None) -> str | None:
     """The head agent's gateway file, read only from our own private dir in the session
     (with `gcs_address`: only if it belongs to the cluster at that address)."""
-    try:
-        info = gateway_file.read(session)
-        if gcs_address is not None and info.get("gcs_address") != gcs_address:
-            return None
-        if isinstance(info.get("pid"), int) and not _pid_alive(info["pid"]):
-            return None  # left by a killed agent: Ray's record says whether another one runs
-        return str(info["address"])
-    except FileNotFoundError:
-        return None
-    except UnsafeDirError as exc:
-        raise GatewayError(str(exc)) from None
-    except (ValueError, KeyError, TypeError, OSError):
-        return None
+    return _alive_gateway(lambda: gateway_file.read(session), gcs_address, pid_required=False)
 
 
 def _local_gateway_index(gcs_address: str) -> str | None:
     """The gateway the head agent of the cluster at `gcs_address` left in our own ~/.raydbg
     (when that agent runs on this machine and is alive): no Ray import, whatever
     /tmp/ray/session_latest points at."""
+    return _alive_gateway(lambda: gateway_file.read_index(gcs_address), gcs_address, pid_required=True)
+
+
+def _alive_gateway(read: Callable[[], Any], gcs_address: str | None, pid_required: bool) -> str | None:
+    """The address in a gateway file, if it is the cluster's at `gcs_address` and its agent lives."""
     try:
-        info = gateway_file.read_index(gcs_address)
-        if info.get("gcs_address") != gcs_address:
+        info = read()
+        if gcs_address is not None and info.get("gcs_address") != gcs_address:
             return None
-        if not isinstance(info.get("pid"), int) or not _pid_alive(info["pid"]):
+        pid = info.get("pid")
+        if (pid_required and not isinstance(pid, int)) or (isinstance(pid, int) and not _pid_alive(pid)):
             return None  # left by a killed agent: Ray's record says whether another one runs
         return str(info["address"])
     except FileNotFoundError:

@@ -15,11 +15,19 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 from pathlib import Path
 from typing import Any
 
-from raydbg.private_dir import UnsafeDirError, check_private, create_new, open_private, private_dir
+from raydbg.private_dir import (
+    UnsafeDirError,
+    address_file_name,
+    check_private,
+    create_new,
+    home_dir,
+    open_private,
+    private_dir,
+    private_home_dir,
+)
 
 # Only the agent writes and removes the file: its messages belong in the agent's log.
 log = logging.getLogger("raydbg.agent")
@@ -34,23 +42,12 @@ def path(session_dir: str | os.PathLike[str]) -> Path:
 
 def index_dir() -> Path:
     """`~/.raydbg/gateways` (HOME read at call time, as for the tokens)."""
-    return Path.home() / ".raydbg" / "gateways"
+    return home_dir("gateways")
 
 
 def index_path(gcs_address: str) -> Path:
     """The gateway file of the cluster at `gcs_address` (host:port) in our own ~/.raydbg."""
-    return index_dir() / (re.sub(r"[^A-Za-z0-9.-]", "_", gcs_address.strip().lower()) + ".json")
-
-
-def _private_index_dir() -> Path:
-    d = index_dir()
-    for part in (d.parent, d):
-        try:
-            os.mkdir(part, 0o700)
-        except FileExistsError:
-            pass
-        check_private(part)
-    return d
+    return index_dir() / (address_file_name(gcs_address) + ".json")
 
 
 def _write_json(target: Path, gateway: dict[str, Any]) -> None:
@@ -81,7 +78,7 @@ def write_index(gateway: dict[str, Any]) -> None:
     try:
         gcs = gateway.get("gcs_address")
         if isinstance(gcs, str) and gcs:
-            _private_index_dir()
+            private_home_dir("gateways")
             _write_json(index_path(gcs), gateway)
     except UnsafeDirError as e:
         log.warning("raydbg: no gateway file in ~/.raydbg for local clients: %s", e)

@@ -9,6 +9,7 @@ Files inside are opened without following symlinks.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -51,6 +52,28 @@ def private_dir(base: str | os.PathLike[str], *sub: str) -> Path:
             pass
         check_private(path)
     return path
+
+
+def home_dir(name: str) -> Path:
+    """`~/.raydbg/<name>` (HOME read at call time: tests and sandboxes move it)."""
+    return Path.home() / ".raydbg" / name
+
+
+def private_home_dir(name: str) -> Path:
+    """`~/.raydbg/<name>`, both levels created 0700 if missing and checked either way."""
+    d = home_dir(name)
+    for part in (d.parent, d):
+        try:
+            os.mkdir(part, 0o700)
+        except FileExistsError:
+            pass
+        check_private(part)
+    return d
+
+
+def address_file_name(address: str) -> str:
+    """A host:port as a file name (what raydbg keeps per gateway or per cluster)."""
+    return re.sub(r"[^A-Za-z0-9.-]", "_", address.strip().lower())
 
 
 def open_private(path: str | os.PathLike[str], flags: int, mode: int = 0o600) -> int:
