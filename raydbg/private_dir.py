@@ -42,16 +42,19 @@ def check_private(path: Path) -> Path:
 
 def private_dir(base: str | os.PathLike[str], *sub: str) -> Path:
     """`<base>/raydbg-<uid>[/sub...]`, created 0700 if missing, checked either way."""
-    path = Path(base) / f"raydbg-{os.getuid()}"
-    for part in (None, *sub):
-        if part is not None:
-            path = path / part
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        check_private(path)
+    path = _made_private(Path(base) / f"raydbg-{os.getuid()}")
+    for part in sub:
+        path = _made_private(path / part)
     return path
+
+
+def _made_private(path: Path) -> Path:
+    """`path` created 0700 if missing, and checked either way."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    return check_private(path)
 
 
 def home_dir(name: str) -> Path:
@@ -62,13 +65,8 @@ def home_dir(name: str) -> Path:
 def private_home_dir(name: str) -> Path:
     """`~/.raydbg/<name>`, both levels created 0700 if missing and checked either way."""
     d = home_dir(name)
-    for part in (d.parent, d):
-        try:
-            os.mkdir(part, 0o700)
-        except FileExistsError:
-            pass
-        check_private(part)
-    return d
+    _made_private(d.parent)
+    return _made_private(d)
 
 
 def address_file_name(address: str) -> str:
