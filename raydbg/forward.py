@@ -11,6 +11,10 @@ from raydbg.client import Gateway, GatewayError
 
 log = logging.getLogger("raydbg")
 
+# How long a client is held while its session is still "starting" (listed, not listening yet).
+ATTACHABLE_WAIT_S = 5.0
+ATTACHABLE_POLL_S = 0.1
+
 
 async def _pipe_in(reader: asyncio.StreamReader, ws: aiohttp.ClientWebSocketResponse) -> None:
     try:
@@ -59,6 +63,7 @@ class Forwarder:
         self.connections += 1
         async with aiohttp.ClientSession() as http:
             try:
+                await self._until_attachable()
                 ws = await self.gateway.open_dap(http, self.session_id)
             except GatewayError as exc:
                 log.error("raydbg forward: %s", exc)
@@ -69,6 +74,17 @@ class Forwarder:
             except asyncio.CancelledError:
                 # The forwarder is closing; end quietly (asyncio logs a cancelled handler).
                 writer.close()
+
+    async def _until_attachable(self) -> None:
+        """Hold the client (bounded) while the session is listed but not attachable yet;
+        the gateway answers the relay then (or says why not)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ATTACHABLE_WAIT_S
+        while loop.time() < deadline:
+            rec = await self.gateway.session(self.session_id)
+            if rec.get("attachable", True):
+                return
+            await asyncio.sleep(ATTACHABLE_POLL_S)
 
     async def close(self) -> None:
         if self.server is not None:

@@ -12,7 +12,15 @@ import aiohttp
 from aiohttp import web
 
 from raydbg import debug_socket
-from raydbg.agent.dap_rewrite import MAX_BODY, MAX_HEADER, DapReframer, DapStreamError
+from raydbg.agent.dap_rewrite import (
+    MAX_BODY,
+    MAX_HEADER,
+    DapParser,
+    DapReframer,
+    DapStreamError,
+    StopFocus,
+    encode,
+)
 
 log = logging.getLogger("raydbg.agent")
 
@@ -69,11 +77,14 @@ class DebuggeeAddress:
         return reader, writer
 
 
-async def to_debugpy(ws: web.WebSocketResponse, debuggee: DebuggeeAddress) -> None:
+async def to_debugpy(ws: web.WebSocketResponse, debuggee: DebuggeeAddress,
+                     thread_name: str | None = None) -> None:
     """Pipe a client WebSocket to the worker's debugger on this node.
 
     debugpy is only dialled once a whole DAP message has arrived: a bare connect+close
     wedges debugpy's adapter for good (FACTS.md), so nothing but a real client reaches it.
+    `thread_name`: the session's thread; its `stopped` event reaches the client first
+    (dap_rewrite.StopFocus).
     """
     reframer = DapReframer()
     writer: asyncio.StreamWriter | None = None
@@ -99,7 +110,7 @@ async def to_debugpy(ws: web.WebSocketResponse, debuggee: DebuggeeAddress) -> No
                 except (OSError, debug_socket.UnsafeDirError) as exc:
                     await ws.close(code=CLOSE_UNREACHABLE, message=close_reason(f"debuggee unreachable: {exc}"))
                     break
-                pump = asyncio.ensure_future(_tcp_to_ws(reader, ws))
+                pump = asyncio.ensure_future(_tcp_to_ws(reader, ws, StopFocus(thread_name), writer))
             if writer is not None:
                 for frame in frames:
                     writer.write(frame)
@@ -116,8 +127,11 @@ async def to_debugpy(ws: web.WebSocketResponse, debuggee: DebuggeeAddress) -> No
             await ws.close()
 
 
-async def _tcp_to_ws(reader: asyncio.StreamReader, ws: web.WebSocketResponse) -> None:
+async def _tcp_to_ws(reader: asyncio.StreamReader, ws: web.WebSocketResponse,
+                     focus: StopFocus | None = None, writer: asyncio.StreamWriter | None = None) -> None:
     try:
+        if focus is not None and writer is not None and not focus.done:
+            await _focused(reader, ws, focus, writer)
         while True:
             data = await reader.read(65536)
             if not data:
@@ -128,6 +142,45 @@ async def _tcp_to_ws(reader: asyncio.StreamReader, ws: web.WebSocketResponse) ->
     finally:
         if not ws.closed:
             await ws.close()
+
+
+async def _focused(reader: asyncio.StreamReader, ws: web.WebSocketResponse, focus: StopFocus,
+                   writer: asyncio.StreamWriter) -> None:
+    """debugpy's messages parsed (and the stops put in order) until the session's thread
+    has stopped in front of the client; then the bytes left over go out as they are."""
+    loop = asyncio.get_running_loop()
+    parser = DapParser()
+    while not focus.done:
+        timeout = None if focus.deadline is None else max(0.0, focus.deadline - loop.time())
+        try:
+            data = await asyncio.wait_for(reader.read(65536), timeout)
+        except asyncio.TimeoutError:
+            data = None
+        if data == b"":  # debugpy went away: what is held goes out, then the relay ends
+            for message in focus.expire(float("inf")):
+                await ws.send_bytes(encode(message))
+            raise ConnectionError("debugpy closed")
+        out: list[dict[str, Any]] = []
+        try:
+            messages = parser.feed(data) if data else []
+        except DapStreamError as exc:  # not for us to judge: stop looking, pass it on
+            log.warning("raydbg relay: debugpy sent %s; not ordering its stops", exc)
+            out, rest = focus.expire(float("inf")), parser.take_rest()
+            for message in out:
+                await ws.send_bytes(encode(message))
+            await ws.send_bytes(rest)
+            return
+        for message in messages:
+            to_client, to_debuggee = focus.from_debuggee(message, loop.time())
+            out += to_client
+            for request in to_debuggee:
+                writer.write(encode(request))
+        out += focus.expire(loop.time())
+        for message in out:
+            await ws.send_bytes(encode(message))
+    rest = parser.take_rest()
+    if rest:
+        await ws.send_bytes(rest)
 
 
 class PeerRefused(Exception):

@@ -23,6 +23,9 @@ log = logging.getLogger("raydbg.agent")
 
 SSE_KEEPALIVE_S = 15.0
 SSE_WRITE_TIMEOUT_S = 30.0
+# How long a DAP client is held while its session is still "starting" (not listening yet).
+ATTACHABLE_WAIT_S = 5.0
+ATTACHABLE_POLL_S = 0.05
 
 # Fields of a session record that stay inside raydbg (where the worker's debugger listens).
 PRIVATE_FIELDS = ("port", "socket")
@@ -209,9 +212,16 @@ class AgentServer:
             if not self.is_head:  # only the gateway relays on; a node agent serves its own node
                 return web.json_response({"error": f"session {sid} is not on this node"}, status=404)
             return await self._relay_remote(request, rec, sid)
+        # Listed a moment before its debugger listens ("starting"): the client waits, bounded.
+        deadline = asyncio.get_running_loop().time() + ATTACHABLE_WAIT_S
+        while not (rec.get("socket") or rec.get("port")):
+            if asyncio.get_running_loop().time() >= deadline:
+                return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
+            await asyncio.sleep(ATTACHABLE_POLL_S)
+            rec = await asyncio.to_thread(registry.get, registry.SESSION + sid)
+            if rec is None:
+                return web.json_response({"error": f"no paused session {sid}"}, status=404)
         pid = int(rec["pid"])
-        if not (rec.get("socket") or rec.get("port")):
-            return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
         # Checked and claimed with no await in between: of clients racing here, one wins.
         if pid in self._busy_pids:
             return web.json_response({"error": f"a client is already attached to worker {pid}"}, status=409)
@@ -255,5 +265,5 @@ class AgentServer:
 
     async def _relay(self, ws: web.WebSocketResponse, rec: dict[str, Any]) -> web.WebSocketResponse:
         """Relay to the session's worker on this node."""
-        await relay.to_debugpy(ws, relay.DebuggeeAddress.of(rec))
+        await relay.to_debugpy(ws, relay.DebuggeeAddress.of(rec), rec.get("thread_name") or None)
         return ws

@@ -83,8 +83,12 @@ class DebugController:
     # -- where are we ------------------------------------------------------------
 
     def stopped(self, event: dict[str, Any]) -> None:
-        """Follow the thread a ``stopped`` event names."""
-        thread = event.get("body", {}).get("threadId")
+        """Follow the thread a ``stopped`` event names, unless it asks to keep the focus
+        (the relay's stops of the worker's other paused threads)."""
+        body = event.get("body", {})
+        thread = body.get("threadId")
+        if thread and body.get("preserveFocusHint") and self.thread_id not in (None, int(thread)):
+            return
         if thread:
             self.thread_id = int(thread)
         self.running = False
