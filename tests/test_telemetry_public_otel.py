@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,27 @@ def test_the_check_passes_public_names() -> None:
         "s = 'opentelemetry.sdk.metrics.export'\n"
     )
     assert private_otel_uses(source) == []
+
+
+def test_ray_sees_no_span_kind_of_a_half_imported_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another thread importing opentelemetry.trace (the driver's agent start) leaves it in
+    sys.modules half initialised for a moment; Ray's tracing code asks for SpanKind then."""
+    import types
+
+    from raydbg._ray_internals import tracing
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.trace", types.ModuleType("opentelemetry.trace"))
+    assert tracing._TraceModule().SpanKind is tracing._TraceModule._NoKinds
+    monkeypatch.undo()
+    import opentelemetry.trace
+
+    assert tracing._TraceModule().SpanKind is opentelemetry.trace.SpanKind
+
+
+def test_no_context_is_current_in_a_half_imported_opentelemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    from raydbg._ray_internals import otel_context
+
+    monkeypatch.setitem(sys.modules, "opentelemetry.context", types.ModuleType("opentelemetry.context"))
+    assert otel_context.in_context() is False  # before: AttributeError in every .remote()

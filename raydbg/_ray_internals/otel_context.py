@@ -12,5 +12,10 @@ import sys
 
 def in_context() -> bool:
     """A span or baggage is current (never true before OpenTelemetry was imported)."""
-    context = sys.modules.get("opentelemetry.context")
-    return context is not None and bool(context.get_current())
+    get_current = getattr(sys.modules.get("opentelemetry.context"), "get_current", None)
+    if get_current is None:
+        return False
+    try:
+        return bool(get_current())
+    except Exception:  # half imported by another thread right now: nothing can be current yet
+        return False

@@ -114,8 +114,9 @@ class _TraceModule:
     def SpanKind(self) -> Any:  # noqa: N802 - OpenTelemetry's name
         import sys
 
-        trace = sys.modules.get("opentelemetry.trace")
-        return trace.SpanKind if trace is not None else self._NoKinds
+        # Another thread may be importing it right now (the driver's agent start does): a
+        # module still half initialised has no SpanKind yet, and no span of ours is current.
+        return getattr(sys.modules.get("opentelemetry.trace"), "SpanKind", None) or self._NoKinds
 
 
 class _OtelProxy:
