@@ -213,9 +213,10 @@ class AgentServer:
                 return web.json_response({"error": f"session {sid} is not on this node"}, status=404)
             return await self._relay_remote(request, rec, sid)
         # Listed a moment before its debugger listens ("starting"): the client waits, bounded.
-        deadline = asyncio.get_running_loop().time() + ATTACHABLE_WAIT_S
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ATTACHABLE_WAIT_S
         while not (rec.get("socket") or rec.get("port")):
-            if asyncio.get_running_loop().time() >= deadline:
+            if loop.time() >= deadline:
                 return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
             await asyncio.sleep(ATTACHABLE_POLL_S)
             rec = await asyncio.to_thread(registry.get, registry.SESSION + sid)
