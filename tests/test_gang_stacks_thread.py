@@ -114,3 +114,10 @@ def test_a_fifo_nobody_reads_is_a_quick_error_and_pyspy_answers(children: tuple[
     listening.wait()
     with pytest.raises(pyspy.StackError):
         asyncio.run(cooperative.ask(gone))
+
+
+def test_pyspy_and_no_pyspy_together_is_a_one_line_error() -> None:
+    out = subprocess.run([sys.executable, "-m", "raydbg", "stacks", "--pyspy", "--no-pyspy"], capture_output=True,
+                         text=True, timeout=60, env={**os.environ, "RAYDBG_GATEWAY": "127.0.0.1:9"})
+    assert out.returncode == 1 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "--pyspy and --no-pyspy" in out.stderr
