@@ -8,7 +8,8 @@ task loop, a collective that released the GIL), where a signal's Python handler 
 A worker without the thread (not activated, or it died: opening the FIFO fails with ENXIO)
 is left to py-spy.
 
-The fallback, when py-spy fails too (no ptrace rights): a signal. Worker side (`install`, at worker setup, costs one open file and two handlers):
+The fallback, when py-spy fails too (no ptrace rights): a signal. Worker side (`install`,
+at worker setup, costs one open file and two handlers):
 SIGUSR2 (unused by Ray workers; Tune owns SIGUSR1, Ray's dashboard agent uses SIGUSR2
 in its own process only) triggers two writers:
   1. faulthandler, from C inside the signal handler: every thread's Python stack as text,
@@ -92,7 +93,7 @@ def install() -> bool:
 
 
 def listen() -> bool:
-    """Start this process's stacks thread (idempotent); False if the FIFO cannot be made."""
+    """Start this process's stacks thread (idempotent); OSError if its FIFO cannot be made."""
     if _listening:
         return True
     fifo = _request_path(os.getpid())
