@@ -94,9 +94,22 @@ def test_stacks_of_both_nodes_are_merged(two_nodes: tuple[Cluster, Node, Any]) -
     on_head = NodeAffinitySchedulingStrategy(head, soft=False)
     refs = [_far_task().remote(2), ray.remote(scheduling_strategy=on_head)(targets.plain_task).remote(3)]
     sessions = {n: wait_for_session(gw, function="plain_task", node_id=n) for n in (far.node_id, head)}
-    answer = asyncio.run(gw.get("/api/v1/stacks", timeout=60))
+    pids = {r["pid"] for r in sessions.values()}
+
+    def waiting(w: dict[str, Any]) -> bool:
+        return any(t["paused"] and t["frames"] and t["frames"][0]["function"] == "wait_for_client"
+                   for t in w["threads"])
+
+    # A session is attachable a moment before its thread waits (the pause's telemetry set-up
+    # comes after: raydbg/worker/session.py): ask until both threads wait, as a user would see.
+    deadline = time.monotonic() + 60
+    while True:
+        answer = asyncio.run(gw.get("/api/v1/stacks", timeout=60))
+        mine = {w["node_id"]: w for w in answer["workers"] if w["pid"] in pids}
+        if (len(mine) == 2 and all(waiting(w) for w in mine.values())) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert answer["errors"] == []
-    mine = {w["node_id"]: w for w in answer["workers"] if w["pid"] in {r["pid"] for r in sessions.values()}}
     assert set(mine) == {far.node_id, head}
     for node_id, worker in mine.items():
         assert worker["pid"] == sessions[node_id]["pid"] and worker["paused"] is True
