@@ -69,15 +69,47 @@ def test_signal_gives_every_thread_with_names(child: subprocess.Popen[str]) -> N
     assert "main_work" in functions(threads2) and child.poll() is None
 
 
-def test_faulthandler_text_when_python_handler_is_late(child: subprocess.Popen[str], tmp_path: Path) -> None:
-    # The C-level dump lands at once; a zero grace takes it before the Python handler's JSON.
-    text, final = cooperative._paths(child.pid)
-    os.truncate(text, 0)
-    os.kill(child.pid, cooperative.SIGNUM)
-    asyncio.run(asyncio.sleep(0.5))
-    threads = cooperative.parse_faulthandler(text.read_text())
-    assert {"main_work", "side_work"} <= functions(threads)
-    assert final.exists()  # and the JSON came too
+# The main thread deadlocks on a C mutex (ctypes drops the GIL): signals never bring it back
+# to bytecode, as Ray's task loop holds a worker's main thread, so the Python handler never runs.
+STUCK_IN_C = textwrap.dedent(
+    """
+    import ctypes, sys, threading, time
+    sys.path.insert(0, {repo!r})
+    from raydbg.gang import cooperative
+    installed = cooperative.install()
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
+
+    def side_work():
+        time.sleep(300)
+
+    threading.Thread(target=side_work, name="side-thread", daemon=True).start()
+
+    def main_work():
+        libc.pthread_mutex_lock(mutex)
+        print(installed, flush=True)
+        libc.pthread_mutex_lock(mutex)  # locked by this very thread: blocks for ever, in C
+
+    main_work()
+    """
+)
+
+
+def test_faulthandler_text_when_the_main_thread_is_stuck_in_c(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_IN_C.format(repo=repo)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "RAYDBG_STACKS_DIR": str(tmp_path)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "True"
+        threads, how = asyncio.run(cooperative.request(proc.pid, timeout=30))
+        assert how == "faulthandler"  # the JSON never came: after the grace, the C dump answered
+        assert {"main_work", "side_work"} <= functions(threads)
+        assert proc.poll() is None  # and the worker still runs
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_never_signals_a_process_without_our_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
