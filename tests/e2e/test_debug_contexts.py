@@ -105,9 +105,11 @@ async def _continue_and_check(ray_cluster: str, gw: Any, first: dict[str, Any], 
         done, _ = await asyncio.get_running_loop().run_in_executor(
             None, lambda: ray.wait(refs, num_returns=1, timeout=30))
         assert done and ray.get(done[0]) == 101
-        await asyncio.sleep(0.5)
+        # The other call is still running (paused), not merely still listed.
+        _, pending = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: ray.wait(refs, num_returns=2, timeout=1))
         still = [r for r in await gw.sessions() if r["function"] == "work"]
-        other_still_listed = len(still) == 1
+        other_still_listed = pending == [refs[1]] and len(still) == 1
         await client.continue_(paused[2])
         await client.disconnect()
         await client.close()
