@@ -257,3 +257,27 @@ def test_pth_hook_costs_nothing_without_ray_debug_and_little_in_a_ray_worker(tmp
     assert "raydbg._pth_hook" in loaded  # recognised as a worker: the node hook is offered
     allowed = {"raydbg", "raydbg._pth_hook", "raydbg.activation", "raydbg.config", "raydbg.version"}
     assert {m for m in loaded if not m.startswith("raydbg._ray_internals")} <= allowed, loaded
+
+
+SHOW_ENV = ("import os, sys; print(os.environ.get('RAY_DEBUG'), os.environ.get('RAY_DEBUG_POST_MORTEM'), "
+            "os.environ.get('RAY_RUNTIME_ENV_HOOK'), os.environ.get('RAYDBG_USER_RUNTIME_ENV_HOOK')); sys.exit(7)")
+
+
+def test_raydbg_run_starts_the_command_with_raydbg_active() -> None:
+    import subprocess
+    import sys
+
+    plain = {k: v for k, v in os.environ.items()
+             if not k.startswith(("RAY_DEBUG", "RAY_RUNTIME_ENV_HOOK", "RAYDBG_USER_RUNTIME_ENV_HOOK"))}
+    raydbg = [sys.executable, "-m", "raydbg", "run"]
+    out = subprocess.run([*raydbg, "--", sys.executable, "-c", SHOW_ENV], env=plain, capture_output=True, text=True)
+    assert out.returncode == 7, out.stderr  # the command's own exit status
+    assert out.stdout.split() == ["1", "None", activation.HOOK_NAME, "None"]
+    # --post-mortem; and a user's own runtime-env hook is kept for raydbg to chain.
+    out = subprocess.run([*raydbg, "--post-mortem", "--", sys.executable, "-c", SHOW_ENV],
+                         env={**plain, "RAY_RUNTIME_ENV_HOOK": "mine.hook"}, capture_output=True, text=True)
+    assert out.returncode == 7 and out.stdout.split() == ["1", "1", activation.HOOK_NAME, "mine.hook"], out
+    # Bad input: one line, no traceback.
+    for args in ([], ["--", "no-such-command-here"]):
+        out = subprocess.run([*raydbg, *args], env=plain, capture_output=True, text=True)
+        assert out.returncode != 0 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr

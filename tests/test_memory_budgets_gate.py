@@ -853,3 +853,66 @@ def test_reservations_count_what_admitted_retries_have_not_allocated_yet(
     finally:
         other.kill()
         other.wait()
+
+
+ADMIT_ONE = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from raydbg.memory import node_files, start_gate
+GiB = 1 << 30
+here = os.environ["RAYDBG_RUN_DIR"]
+
+def read():
+    # Each look at the node waits (up to 1.5 s) for the other start to be looking too: two
+    # starts not kept apart by the admission lock meet here and decide on the same room.
+    open(os.path.join(here, f"looking-{{os.getpid()}}"), "w").close()
+    deadline = time.monotonic() + 1.5
+    while len([n for n in os.listdir(here) if n.startswith("looking-")]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return 2 * GiB, 4 * GiB
+
+real_reserve = node_files.reserve
+
+def slow_reserve(nbytes, directory=None):
+    time.sleep(0.3)  # between the check and the reservation: the window the lock closes
+    real_reserve(nbytes, directory)
+
+node_files.reserve = slow_reserve
+
+class Held(Exception):
+    pass
+
+def on_hold():
+    raise Held  # the first check found no room: that is all this test asks
+
+print("ready", flush=True)
+sys.stdin.readline()  # both go at once
+try:
+    start_gate.admit(GiB, True, 60.0, on_hold, read=read)
+    print("admitted", flush=True)
+except Held:
+    print("held", flush=True)
+sys.stdin.readline()  # keep the reservation until both have answered
+"""
+
+
+def test_two_starts_at_once_do_not_take_the_same_room(run_dir: Path) -> None:
+    """2 GiB used of 4: room under the low mark for one 1 GiB start, not two. The admission
+    lock makes the second see the first's reservation."""
+    code = ADMIT_ONE.format(repo=str(Path(__file__).resolve().parents[1]))
+    env = {**os.environ, "RAYDBG_RUN_DIR": str(run_dir)}
+    starts = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env=env) for _ in range(2)]
+    try:
+        for p in starts:  # both imported and waiting
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in starts:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        answers = sorted(p.stdout.readline().strip() for p in starts if p.stdout is not None)
+        assert answers == ["admitted", "held"], answers
+    finally:
+        for p in starts:
+            p.kill()
+            p.wait()
