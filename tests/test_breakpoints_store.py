@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 import pytest
+from kv_support import DictKv
 
 from raydbg import registry
 from raydbg.breakpoints import model, store
@@ -21,36 +22,18 @@ from raydbg.breakpoints.store import Slot
 from raydbg.breakpoints.worker import Worker
 
 
-class Kv:
-    """The GcsClient KV calls the registry makes, over a dict (put without overwrite is put-if-absent)."""
+class Kv(DictKv):
+    """The registry's KV over a dict, with a hook that runs once before the next put-if-absent."""
 
     def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-        self.before_add: Callable[[bytes], None] | None = None  # runs once, before the next put-if-absent
+        super().__init__()
+        self.before_add: Callable[[bytes], None] | None = None
 
     def internal_kv_put(self, k: bytes, v: bytes, overwrite: bool, ns: bytes, timeout: float = 0) -> int:
         if not overwrite and self.before_add is not None:
             hook, self.before_add = self.before_add, None
             hook(k)
-        added = k not in self.data
-        if added or overwrite:
-            self.data[k] = v
-        return int(added)
-
-    def internal_kv_get(self, k: bytes, ns: bytes, timeout: float = 0) -> bytes | None:
-        return self.data.get(k)
-
-    def internal_kv_multi_get(self, keys: list[bytes], ns: bytes, timeout: float = 0) -> dict[bytes, bytes]:
-        return {k: self.data[k] for k in keys if k in self.data}
-
-    def internal_kv_del(self, k: bytes, by_prefix: bool, ns: bytes, timeout: float = 0) -> int:
-        gone = [key for key in self.data if (key.startswith(k) if by_prefix else key == k)]
-        for key in gone:
-            del self.data[key]
-        return len(gone)
-
-    def internal_kv_keys(self, prefix: bytes, ns: bytes, timeout: float = 0) -> list[bytes]:
-        return [k for k in self.data if k.startswith(prefix)]
+        return super().internal_kv_put(k, v, overwrite, ns, timeout)
 
     def slot_keys(self) -> list[str]:
         return sorted(k.decode() for k in self.data if k.startswith(store.SLOT.encode()))

@@ -916,3 +916,35 @@ def test_two_starts_at_once_do_not_take_the_same_room(run_dir: Path) -> None:
         for p in starts:
             p.kill()
             p.wait()
+
+
+@pytest.mark.parametrize("learn", ["1", "0"])
+def test_memory_learn_off_does_not_hold_a_function_learned_to_be_big(
+    learn: str, monkeypatch: pytest.MonkeyPatch, run_dir: Path, clock: Clock
+) -> None:
+    """The worker's set-up reads RAYDBG_MEMORY_LEARN: on, a start of a function whose learned
+    peak does not fit is held; off, it starts at once (the monitor still kills as before)."""
+    from raydbg.memory import work
+
+    monkeypatch.setenv("RAYDBG_MEMORY_LEARN", learn)
+    settings.reload()
+    _peaks(run_dir, {"f00d": 2 * GiB})  # this node learned that f00d's tasks reach 2 GiB
+    monkeypatch.setattr(work, "node_id_of_self", lambda: "n1")
+    # Ray's hook points (submit and task start) stay as they are: only the gate's state is set up.
+    monkeypatch.setattr(budgets, "install_submit_hook", lambda: True)
+    monkeypatch.setattr(start_gate, "install", lambda: True)
+    monkeypatch.setattr(start_gate, "_peaks", None)
+    monkeypatch.setattr(start_gate, "_flag", None)
+    start_gate.worker_setup()
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        # Another admitted task has ~1 GiB still to take: 2 used + 2 learned + 1 > the high
+        # mark (3.5 of 4 GiB); without the learned peak the node is calm (3 < 3.5).
+        (run_dir / f"reserve-{other.pid}").write_text(str(GiB))
+        start_gate.before_task(TID, 0, "grow", "f00d")
+        start_gate.release()
+    finally:
+        other.kill()
+        other.wait()
+    assert (clock.sleeps != []) == (learn == "1"), clock.sleeps[:3]
