@@ -21,7 +21,7 @@ import aiohttp
 import psutil
 import pytest
 import ray
-from cluster import Cluster
+from cluster import Cluster, free_ports
 
 from e2e import targets
 from e2e.conftest import (
@@ -38,13 +38,30 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    with Cluster(env={"RAYDBG_WAIT_TIMEOUT": "120"}) as running:
+def gateway_port() -> int:
+    return free_ports(1)[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(gateway_port: int) -> Iterator[str]:
+    with Cluster(env={"RAYDBG_WAIT_TIMEOUT": "120", "RAYDBG_GATEWAY_PORT": str(gateway_port)}) as running:
+        # What a client says before any test started agents (the tests run in any order).
+        FRESH["list"] = raydbg_cli(running.address, "list")
         yield running.address
 
 
+FRESH: dict[str, subprocess.CompletedProcess[str]] = {}
+
+
+def test_the_gateway_listens_on_raydbg_gateway_port(cluster: str, gateway_port: int) -> None:
+    assert raydbg_cli(cluster, "up").returncode == 0
+    gw = gateway(cluster)
+    assert gw.address.rsplit(":", 1)[1] == str(gateway_port), gw.address
+    assert asyncio.run(gw.status())["gateway"]  # and it answers there
+
+
 def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> None:
-    before = raydbg_cli(cluster, "list")
+    before = FRESH["list"]
     assert before.returncode == 1 and "raydbg up" in before.stderr  # one clear line, no traceback
     assert "Traceback" not in before.stderr
     ref = ray.remote(targets.plain_task).remote(2)
