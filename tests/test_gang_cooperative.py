@@ -81,16 +81,27 @@ STUCK_IN_C = textwrap.dedent(
     libc = ctypes.CDLL(None)
     mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
 
-    def side_work():
-        time.sleep(300)
+    main = threading.main_thread()
 
-    threading.Thread(target=side_work, name="side-thread", daemon=True).start()
+    def side_work():
+        # Say "ready" only once the main thread sleeps inside the second lock (its frame on
+        # that line, its kernel state S): a signal before that would meet bytecode.
+        while True:
+            frame = sys._current_frames().get(main.ident)
+            with open(f"/proc/self/task/{{main.native_id}}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if frame is not None and frame.f_lineno == BLOCK_LINE and state == "S":
+                break
+            time.sleep(0.01)
+        print(installed, flush=True)
+        time.sleep(300)
 
     def main_work():
         libc.pthread_mutex_lock(mutex)
-        print(installed, flush=True)
-        libc.pthread_mutex_lock(mutex)  # locked by this very thread: blocks for ever, in C
+        libc.pthread_mutex_lock(mutex)  # BLOCK: locked by this very thread, blocks for ever in C
 
+    BLOCK_LINE = main_work.__code__.co_firstlineno + 2
+    threading.Thread(target=side_work, name="side-thread", daemon=True).start()
     main_work()
     """
 )
