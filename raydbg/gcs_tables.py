@@ -53,6 +53,10 @@ class GcsTables:
     def __init__(self, state: Any = None) -> None:
         self._state = state if state is not None else _ray_internals.gcs_state()
 
+    def ended_jobs(self) -> list[str]:
+        """Hex ids of the jobs Ray's job table says have ended (its `IsDead` rows)."""
+        return [str(row["JobID"]) for row in self._state.job_table() if row.get("IsDead")]
+
     def running_tasks(self, node_id: str) -> list[TaskRow]:
         rows: list[TaskRow] = []
         for ev in _ray_internals.all_task_events(self._state):

@@ -7,6 +7,7 @@ was already running, disarming.
 
 from __future__ import annotations
 
+import logging
 import sys
 import threading
 import time
@@ -97,6 +98,37 @@ def test_bad_condition_is_an_error_not_a_crash(layer: tuple[Any, Recorder]) -> N
     assert helper(1) == 2 and rec.hits == []
     (a,) = arm.armed.values()
     assert a.error and "NameError" in a.error and "\n" not in a.error
+
+
+def test_a_condition_that_raises_is_logged_once(layer: tuple[Any, Recorder],
+                                                caplog: pytest.LogCaptureFixture) -> None:
+    lay, rec = layer
+    arm = arming((line_of("HELPER"), "1 / (x - x) > 0"))
+    lay.apply(arm)
+    with caplog.at_level(logging.WARNING, logger="raydbg.breakpoints"):
+        assert [helper(i) for i in range(5)] == [1, 2, 3, 4, 5] and rec.hits == []
+    raised = [r for r in caplog.records if "ZeroDivisionError" in r.getMessage()]
+    assert len(raised) == 1, caplog.text  # five hits, one line in the worker's log
+    (a,) = arm.armed.values()
+    assert a.error and "ZeroDivisionError" in a.error
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="the settrace layer (3.11); 3.12's needs no reinstall")
+def test_the_311_layer_comes_back_after_a_debug_session(layer: tuple[Any, Recorder]) -> None:
+    from raydbg.worker import debugger
+
+    lay, rec = layer
+    lay.apply(arming((line_of("HELPER"), None)))
+    assert helper(1) == 2 and len(rec.hits) == 1
+
+    def other_tracer(frame: FrameType, event: str, arg: Any) -> None:
+        return None
+
+    sys.settrace(other_tracer)  # a debug client's tracer in the layer's place
+    threading.settrace(other_tracer)
+    assert helper(2) == 3 and len(rec.hits) == 1  # the layer is out meanwhile
+    debugger._untrace_all()  # what the worker does once the session ends
+    assert helper(3) == 4 and [loc["x"] for _, loc, _ in rec.hits] == [1, 3]  # back
 
 
 def test_code_defined_after_arming_and_disarm(layer: tuple[Any, Recorder]) -> None:

@@ -9,46 +9,31 @@ on one.
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
+from kv_support import DictKv
 
 from raydbg import registry
-from raydbg.breakpoints import store
+from raydbg.breakpoints import model, store
 from raydbg.breakpoints.store import Slot
 from raydbg.breakpoints.worker import Worker
 
 
-class Kv:
-    """The GcsClient KV calls the registry makes, over a dict (put without overwrite is put-if-absent)."""
+class Kv(DictKv):
+    """The registry's KV over a dict, with a hook that runs once before the next put-if-absent."""
 
     def __init__(self) -> None:
-        self.data: dict[bytes, bytes] = {}
-        self.before_add: Callable[[bytes], None] | None = None  # runs once, before the next put-if-absent
+        super().__init__()
+        self.before_add: Callable[[bytes], None] | None = None
 
     def internal_kv_put(self, k: bytes, v: bytes, overwrite: bool, ns: bytes, timeout: float = 0) -> int:
         if not overwrite and self.before_add is not None:
             hook, self.before_add = self.before_add, None
             hook(k)
-        added = k not in self.data
-        if added or overwrite:
-            self.data[k] = v
-        return int(added)
-
-    def internal_kv_get(self, k: bytes, ns: bytes, timeout: float = 0) -> bytes | None:
-        return self.data.get(k)
-
-    def internal_kv_multi_get(self, keys: list[bytes], ns: bytes, timeout: float = 0) -> dict[bytes, bytes]:
-        return {k: self.data[k] for k in keys if k in self.data}
-
-    def internal_kv_del(self, k: bytes, by_prefix: bool, ns: bytes, timeout: float = 0) -> int:
-        gone = [key for key in self.data if (key.startswith(k) if by_prefix else key == k)]
-        for key in gone:
-            del self.data[key]
-        return len(gone)
-
-    def internal_kv_keys(self, prefix: bytes, ns: bytes, timeout: float = 0) -> list[bytes]:
-        return [k for k in self.data if k.startswith(prefix)]
+        return super().internal_kv_put(k, v, overwrite, ns, timeout)
 
     def slot_keys(self) -> list[str]:
         return sorted(k.decode() for k in self.data if k.startswith(store.SLOT.encode()))
@@ -147,3 +132,50 @@ def test_an_unreadable_slot_record_is_free() -> None:
     assert not store.held(json.dumps({"ts": now, "free": True}).encode(), now)
     for raw in (b"{", b"[]", b'{"ts": "x"}', b"{}", None):
         assert not store.held(raw, now)
+
+
+def test_malformed_breakpoint_records_are_skipped_and_logged(kv: Kv, caplog: pytest.LogCaptureFixture) -> None:
+    good = store.add(model.checked({"file": "/w/a.py", "line": 3}))
+    kv.data[f"{store.BREAKPOINT}bp-bad".encode()] = json.dumps({"id": "bp-bad", "file": "/w/a.py",
+                                                                 "line": "three"}).encode()
+    kv.data[f"{store.BREAKPOINT}bp-junk".encode()] = b"not json at all"
+    with caplog.at_level(logging.WARNING, logger="raydbg.breakpoints"):
+        assert [bp.id for bp in store.load()] == [good.id]
+    skipped = [r for r in caplog.records if "skipped a malformed breakpoint record" in r.getMessage()]
+    assert len(skipped) == 2, caplog.text  # bp-bad and the fixture's empty bp-1 (bp-junk is not JSON)
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="3.11 only: 3.12+ workers always have sys.monitoring")
+def test_a_311_worker_that_did_not_opt_in_says_so_in_the_listing(kv: Kv, monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.breakpoints import worker
+
+    monkeypatch.delenv(worker.PY311_ENV, raising=False)
+    assert worker._layer() is None  # no layer without RAYDBG_BREAK_PY311=1
+    bp = store.add(model.checked({"file": "/w/a.py", "line": 3}))
+    w = Worker("01000000", "node-1", worker._layer())
+    w.tick()
+    hits, error = store.hit_stats()[bp.id]
+    assert hits == 0 and error is not None and "not armed in a Python 3.11 worker" in error
+    (row,) = [r for r in store.listing(store.load()) if r["id"] == bp.id]
+    assert "RAYDBG_BREAK_PY311=1" in row["error"]
+
+
+POLL_THREAD = """
+import sys, threading
+sys.path.insert(0, {repo!r})
+from raydbg.breakpoints import worker
+got = worker.start("01000000", "n" * 56)
+print(got is None, "raydbg-breakpoints" in {{t.name for t in threading.enumerate()}}, flush=True)
+"""
+
+
+@pytest.mark.parametrize(("setting", "expect"), [("0", "True False"), ("1", "False True")])
+def test_breakpoints_off_leaves_out_the_poll_thread(setting: str, expect: str) -> None:
+    import os
+    import subprocess
+    from pathlib import Path
+
+    code = POLL_THREAD.format(repo=str(Path(__file__).resolve().parents[1]))
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "RAYDBG_BREAKPOINTS": setting},
+                         capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == expect, out.stdout + out.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import stat
@@ -230,3 +231,53 @@ def test_pth_hook_is_installed_and_cheap() -> None:
                          capture_output=True, text=True)
     assert on.stdout.strip() == activation.HOOK_NAME
     assert off.stdout.strip() == "None"
+
+
+# What the .pth costs where raydbg is not asked for: the modules it leaves imported.
+LOADED = ("import sys; print(sorted(m for m in sys.modules if m.split('.')[0] in "
+          "('raydbg', 'ray', 'debugpy', 'aiohttp', 'opentelemetry', 'psutil', 'grpc')))")
+
+
+def test_pth_hook_costs_nothing_without_ray_debug_and_little_in_a_ray_worker(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    plain = {k: v for k, v in os.environ.items() if k not in ("RAY_DEBUG", "RAY_RUNTIME_ENV_HOOK")}
+    # Any interpreter started without RAY_DEBUG: raydbg is not imported at all.
+    out = subprocess.run([sys.executable, "-c", LOADED], env=plain, capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    # A Ray worker (as the .pth recognises one) of a job that did not ask for raydbg: the
+    # node hook's few small modules, nothing of raydbg's worker, debugpy, aiohttp, OTel or Ray.
+    worker = tmp_path / "default_worker.py"
+    worker.write_text(LOADED)
+    out = subprocess.run([sys.executable, str(worker)], env={**plain, "RAY_RAYLET_PID": "1"},
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    loaded = set(ast.literal_eval(out.stdout))
+    assert "raydbg._pth_hook" in loaded  # recognised as a worker: the node hook is offered
+    allowed = {"raydbg", "raydbg._pth_hook", "raydbg.activation", "raydbg.config", "raydbg.version"}
+    assert {m for m in loaded if not m.startswith("raydbg._ray_internals")} <= allowed, loaded
+
+
+SHOW_ENV = ("import os, sys; print(os.environ.get('RAY_DEBUG'), os.environ.get('RAY_DEBUG_POST_MORTEM'), "
+            "os.environ.get('RAY_RUNTIME_ENV_HOOK'), os.environ.get('RAYDBG_USER_RUNTIME_ENV_HOOK')); sys.exit(7)")
+
+
+def test_raydbg_run_starts_the_command_with_raydbg_active() -> None:
+    import subprocess
+    import sys
+
+    plain = {k: v for k, v in os.environ.items()
+             if not k.startswith(("RAY_DEBUG", "RAY_RUNTIME_ENV_HOOK", "RAYDBG_USER_RUNTIME_ENV_HOOK"))}
+    raydbg = [sys.executable, "-m", "raydbg", "run"]
+    out = subprocess.run([*raydbg, "--", sys.executable, "-c", SHOW_ENV], env=plain, capture_output=True, text=True)
+    assert out.returncode == 7, out.stderr  # the command's own exit status
+    assert out.stdout.split() == ["1", "None", activation.HOOK_NAME, "None"]
+    # --post-mortem; and a user's own runtime-env hook is kept for raydbg to chain.
+    out = subprocess.run([*raydbg, "--post-mortem", "--", sys.executable, "-c", SHOW_ENV],
+                         env={**plain, "RAY_RUNTIME_ENV_HOOK": "mine.hook"}, capture_output=True, text=True)
+    assert out.returncode == 7 and out.stdout.split() == ["1", "1", activation.HOOK_NAME, "mine.hook"], out
+    # Bad input: one line, no traceback.
+    for args in ([], ["--", "no-such-command-here"]):
+        out = subprocess.run([*raydbg, *args], env=plain, capture_output=True, text=True)
+        assert out.returncode != 0 and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from raydbg.gang import cooperative, node, pyspy
+from raydbg.gang import cooperative, node, pyspy, worker_labels
 
 CHILD = textwrap.dedent(
     """
@@ -69,15 +70,58 @@ def test_signal_gives_every_thread_with_names(child: subprocess.Popen[str]) -> N
     assert "main_work" in functions(threads2) and child.poll() is None
 
 
-def test_faulthandler_text_when_python_handler_is_late(child: subprocess.Popen[str], tmp_path: Path) -> None:
-    # The C-level dump lands at once; a zero grace takes it before the Python handler's JSON.
-    text, final = cooperative._paths(child.pid)
-    os.truncate(text, 0)
-    os.kill(child.pid, cooperative.SIGNUM)
-    asyncio.run(asyncio.sleep(0.5))
-    threads = cooperative.parse_faulthandler(text.read_text())
-    assert {"main_work", "side_work"} <= functions(threads)
-    assert final.exists()  # and the JSON came too
+# The main thread deadlocks on a C mutex (ctypes drops the GIL): signals never bring it back
+# to bytecode, as Ray's task loop holds a worker's main thread, so the Python handler never runs.
+STUCK_IN_C = textwrap.dedent(
+    """
+    import ctypes, sys, threading, time
+    sys.path.insert(0, {repo!r})
+    from raydbg.gang import cooperative
+    installed = cooperative.install()
+    libc = ctypes.CDLL(None)
+    mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
+
+    main = threading.main_thread()
+
+    def side_work():
+        # Say "ready" only once the main thread sleeps inside the second lock (its frame on
+        # that line, its kernel state S): a signal before that would meet bytecode.
+        while True:
+            frame = sys._current_frames().get(main.ident)
+            with open(f"/proc/self/task/{{main.native_id}}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            if frame is not None and frame.f_lineno == BLOCK_LINE and state == "S":
+                break
+            time.sleep(0.01)
+        print(installed, flush=True)
+        time.sleep(300)
+
+    def main_work():
+        libc.pthread_mutex_lock(mutex)
+        libc.pthread_mutex_lock(mutex)  # BLOCK: locked by this very thread, blocks for ever in C
+
+    BLOCK_LINE = main_work.__code__.co_firstlineno + 2
+    threading.Thread(target=side_work, name="side-thread", daemon=True).start()
+    main_work()
+    """
+)
+
+
+def test_faulthandler_text_when_the_main_thread_is_stuck_in_c(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
+    repo = str(Path(__file__).resolve().parents[1])
+    proc = subprocess.Popen([sys.executable, "-c", STUCK_IN_C.format(repo=repo)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "RAYDBG_STACKS_DIR": str(tmp_path)})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "True"
+        threads, how = asyncio.run(cooperative.request(proc.pid, timeout=30))
+        assert how == "faulthandler"  # the JSON never came: after the grace, the C dump answered
+        assert {"main_work", "side_work"} <= functions(threads)
+        assert proc.poll() is None  # and the worker still runs
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_never_signals_a_process_without_our_handler(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -124,3 +168,54 @@ def test_prune_removes_files_of_gone_processes(child: subprocess.Popen[str], tmp
     assert cooperative.prune() == 2
     text, _ = cooperative._paths(child.pid)
     assert text.exists() and cooperative.available(child.pid)  # the live worker's file stays
+
+
+def test_a_worker_whose_sigusr2_is_taken_keeps_its_own_handler(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
+    code = textwrap.dedent(
+        """
+        import signal, sys, time
+        sys.path.insert(0, {repo!r})
+        got = []
+        signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))  # the user's own
+        from raydbg.gang import cooperative
+        print(cooperative.install(), flush=True)
+        sys.stdin.readline()  # the test has signalled
+        time.sleep(0.2)
+        print(len(got), signal.getsignal(signal.SIGUSR2).__name__, flush=True)
+        """
+    ).format(repo=str(Path(__file__).resolve().parents[1]))
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "RAYDBG_STACKS_DIR": str(tmp_path)})
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "False"  # not installed: SIGUSR2 is the user's
+        assert not cooperative.available(proc.pid)  # so the agent never signals it
+        os.kill(proc.pid, signal.SIGUSR2)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().split() == ["1", "<lambda>"]  # the user's handler ran, still in place
+        assert list(tmp_path.rglob("*.txt")) == []  # and no stack file was made for it
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_stacks_pyspy_off_asks_only_the_handler(child: subprocess.Popen[str], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAYDBG_STACKS_PYSPY=0 on the agent: py-spy is never run, not even tried."""
+    ran = tmp_path / "py-spy-ran"
+    stand_in = tmp_path / "py-spy"
+    stand_in.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")  # records that it was run
+    stand_in.chmod(0o755)
+    monkeypatch.setenv("RAYDBG_PYSPY", str(stand_in))
+    monkeypatch.setattr(worker_labels, "node_workers",  # the identity Ray's tables would give
+                        lambda *a: [{"pid": child.pid, "task_name": "main_work", "paused_threads": []}])
+    monkeypatch.setenv("RAYDBG_STACKS_PYSPY", "0")
+    (w,) = asyncio.run(node.node_stacks("n1", "127.0.0.1"))
+    assert (w["source"], "pyspy_error" in w, ran.exists()) == ("cooperative", False, False)
+    assert "main_work" in functions(w["threads"])
+    monkeypatch.setenv("RAYDBG_STACKS_PYSPY", "1")  # on: tried first (and fails here)
+    (w,) = asyncio.run(node.node_stacks("n1", "127.0.0.1"))
+    assert (w["source"], "pyspy_error" in w, ran.exists()) == ("cooperative", True, True)

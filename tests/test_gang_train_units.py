@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kv_support import DictKv
 
 from raydbg import _ray_internals
 from raydbg import progress_records as progress
@@ -314,3 +315,59 @@ def test_a_train_step_span_is_progress(tmp_path: Path, monkeypatch: pytest.Monke
         raise RuntimeError("a failed step is not progress")
     assert progress.read_all()[0]["step"] == 5
     progress._beat.done()
+
+
+def test_a_rank_that_pauses_after_its_group_was_continued_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    import debugpy.server  # noqa: F401  (pydevd on sys.path, as in a paused worker)
+
+    from raydbg import registry
+    from raydbg.worker import resume
+
+    monkeypatch.setenv("RAYDBG_RESUME_POLL_S", "0.05")
+    kv = DictKv()
+    registry.use_client(kv)
+    try:
+        resume.request_group("run-a:/a/train.py:10:1")  # `raydbg continue` of the group, earlier
+        for n, sid in enumerate(("late1", "late2")):  # ranks that reach the line only now
+            rec = _rec(id=sid, group="run-a:/a/train.py:10:1", train_rank=n)
+            assert resume.wait_for_client(rec, timeout=60) == "resumed"
+            resume.done(rec)
+        other = _rec(id="other", group="run-a:/a/train.py:10:2")  # the next occurrence: a group of its own
+        assert resume.wait_for_client(other, timeout=1.0) == "timeout"
+        resume.done(other)
+        assert registry.keys(resume.RESUME) == [resume.group_key("run-a:/a/train.py:10:1")]  # kept
+    finally:
+        registry.use_client(None)
+
+
+HANG_RECORD = """
+import asyncio, sys
+sys.path.insert(0, {tests!r})
+from raydbg import registry, telemetry
+from raydbg.telemetry.prometheus import prometheus_text
+telemetry.setup("agent")
+from kv_support import DictKv
+registry.use_client(DictKv())
+from raydbg.gang import collect, hang_service
+
+async def no_stacks(**kw):
+    raise RuntimeError("no cluster here")
+
+collect.cluster_stacks = no_stacks  # the stacks part needs Ray; the event carries the error
+server = type("Server", (), {{"token": "t", "node_id": "n1"}})()
+found = {{"job_id": "01000000", "train_run": "run-a", "stalled_for_s": 301.0, "ranks": [0, 1]}}
+ev = asyncio.run(hang_service.record(server, found))
+assert ev["kind"] == "hang" and ev["details"]["errors"], ev
+sys.stdout.write(prometheus_text(node=False).decode())
+"""
+
+
+def test_a_hang_event_counts_in_the_hangs_metric(tmp_path: Path) -> None:
+    code = HANG_RECORD.format(tests=str(Path(__file__).resolve().parent))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAYDBG_TELEMETRY"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**env, "RAYDBG_TELEMETRY_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if x.startswith("raydbg_gang_hangs")]
+    assert lines == ['raydbg_gang_hangs_total{train="yes"} 1.0'] or (
+        len(lines) == 1 and 'train="yes"' in lines[0] and lines[0].endswith(" 1.0")), out.stdout[-2000:]

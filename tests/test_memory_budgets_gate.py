@@ -60,6 +60,37 @@ def fresh_settings() -> Any:
     settings.reload()
 
 
+class Clock:
+    """The gate's two clocks, frozen but for the pauses it takes (each one recorded)."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0  # start_gate._clock (time.monotonic)
+        self.wall = 1.7e9  # start_gate._wall (time.time)
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def time(self) -> float:
+        self.wall += 0.001  # each reading a little later: what is read twice differs
+        return self.wall
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.t += seconds
+        self.wall += seconds
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """No test here reads the wall clock: the gate's waits and tickets run on this one."""
+    c = Clock()
+    monkeypatch.setattr(start_gate, "_clock", c.monotonic)
+    monkeypatch.setattr(start_gate, "_wall", c.time)
+    monkeypatch.setattr(start_gate, "_sleep", c.sleep)
+    return c
+
+
 @pytest.fixture(autouse=True)
 def run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("RAYDBG_RUN_DIR", str(tmp_path / "run"))
@@ -383,7 +414,7 @@ def test_before_task_holds_fresh_starts_while_memory_trends_up_then_admits_the_l
 
 
 def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
-    monkeypatch: pytest.MonkeyPatch, run_dir: Path
+    monkeypatch: pytest.MonkeyPatch, run_dir: Path, clock: Clock
 ) -> None:
     from raydbg.memory import node_files
 
@@ -397,8 +428,7 @@ def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
                 break
             time.sleep(0.02)
         assert start_gate.siblings("f00d") == 1 and start_gate.siblings("beef") == 0
-        sleeps: list[float] = []
-        monkeypatch.setattr(start_gate, "_sleep", sleeps.append)
+        sleeps = clock.sleeps
         read = lambda: (int(3.0 * GiB), 4 * GiB)  # noqa: E731  below the high mark (3.5)
         start_gate.admit(GiB, False, 0.2, read=read, function_id="f00d")
         assert sleeps  # not alone: waited for the sibling
@@ -413,10 +443,9 @@ def test_admit_does_not_go_alone_while_a_task_of_the_same_function_runs(
 
 
 def test_a_learned_peak_fits_under_the_high_mark_a_killed_attempts_memory_under_the_low(
-    monkeypatch: pytest.MonkeyPatch,
+    clock: Clock,
 ) -> None:
-    sleeps: list[float] = []
-    monkeypatch.setattr(start_gate, "_sleep", sleeps.append)
+    sleeps = clock.sleeps
     # 24.5 + 10 GiB (less this process's own ~0.1 GiB) of 40: ~86%, between the low (85%)
     # and the high mark (87.5%).
     read = lambda: (int(24.5 * GiB), 40 * GiB)  # noqa: E731
@@ -488,12 +517,11 @@ def test_a_held_task_moves_to_the_high_mark_once_its_functions_peak_is_complete(
 
 
 def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
-    monkeypatch: pytest.MonkeyPatch, run_dir: Path
+    run_dir: Path, clock: Clock
 ) -> None:
     # No other admitted task: nothing to wait for below the high mark (87.5%).
-    sleeps: list[float] = []
-    monkeypatch.setattr(start_gate, "_sleep", sleeps.append)
-    assert start_gate.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) < 0.05
+    sleeps = clock.sleeps
+    assert start_gate.admit(3 * GiB, False, 60, read=lambda: (int(3.4 * GiB), 4 * GiB)) == 0.0
     assert sleeps == []
     start_gate.release()
     # A retry after a kill (strict) waits for its room, up to the longest hold.
@@ -508,9 +536,14 @@ def test_admit_alone_goes_below_the_high_mark_and_waits_above_it(
 
 
 def test_before_task_lets_fresh_attempts_run_when_calm(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.memory import node_files
+
     monkeypatch.setattr(start_gate, "node_memory", lambda: (GiB, 4 * GiB))
     monkeypatch.setattr(start_gate, "wait_until", lambda *a, **k: pytest.fail("held"))
-    start_gate.before_task(TID, 0)
+    start_gate.before_task(TID, 0, "calm")
+    # The gate swallows its own errors: that it ran is in the record it wrote, not held.
+    rec = node_files.read_running([os.getpid()])[os.getpid()]
+    assert (rec["task_id"], rec["attempt"], rec["name"], rec["held"]) == (TID, 0, "calm", False)
     monkeypatch.setenv("RAYDBG_MEMORY_MONITOR", "off")
     settings.reload()
     monkeypatch.setattr(start_gate.node_files, "record", lambda: pytest.fail("gate ran while off"))
@@ -587,7 +620,7 @@ def test_the_flag_keeps_its_size_and_file(tmp_path: Path) -> None:
 
 
 def test_before_task_hands_out_a_quick_path_only_when_calm(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, clock: Clock
 ) -> None:
     from raydbg.memory import node_files
 
@@ -595,19 +628,21 @@ def test_before_task_hands_out_a_quick_path_only_when_calm(
     monkeypatch.setattr(start_gate, "_flag", flag)
     # No monitor yet: a ticket as long as the flag counts as down, with a flag that stays so.
     until, field, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
-    assert time.time() < until <= time.time() + start_gate.FLAG_RECHECK_S and not seen[0]
+    start = node_files.read_running([os.getpid()])[os.getpid()]["start"]
+    assert until == pytest.approx(start + start_gate.FLAG_RECHECK_S) and not seen[0]
     other = TID[:-12] + "ab" * 2 + TID[-8:]
     field[:] = other.encode()  # what the wrapper does for the next such task
     rec = node_files.read_running([os.getpid()])[os.getpid()]
-    assert (rec["task_id"], rec["attempt"], rec["held"], rec["fn"], rec["name"]) == (
-        other, 0, False, "f00d", "grow")
+    assert (rec["task_id"], rec["attempt"], rec["held"], rec["fn"], rec["name"], rec["start"]) == (
+        other, 0, False, "f00d", "grow", start)
     assert start_gate.before_task(TID, 1, "grow", "f00d") is None  # a retry: always the full gate
     assert start_gate.before_task("t1", 0, "grow", "f00d") is None  # not a Ray task id
     # The monitor's flag: a ticket of TICKET_S whose flag is the mapped one, up at once.
     node_files.set_flag(flag, False)
     monkeypatch.setattr(start_gate, "_flag_down_until", 0.0)
     until, field, seen = start_gate.before_task(TID, 0, "grow", "f00d") or pytest.fail("no quick path")
-    assert time.time() + start_gate.FLAG_RECHECK_S < until <= time.time() + start_gate.TICKET_S
+    start = node_files.read_running([os.getpid()])[os.getpid()]["start"]
+    assert until == start + start_gate.TICKET_S  # from the record's start: never older than that
     assert not seen[0]
     node_files.set_flag(flag, True, "1 2 trend")
     assert seen[0]  # the wrapper's next look sees it: no quick path from here
@@ -818,3 +853,98 @@ def test_reservations_count_what_admitted_retries_have_not_allocated_yet(
     finally:
         other.kill()
         other.wait()
+
+
+ADMIT_ONE = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+from raydbg.memory import node_files, start_gate
+GiB = 1 << 30
+here = os.environ["RAYDBG_RUN_DIR"]
+
+def read():
+    # Each look at the node waits (up to 1.5 s) for the other start to be looking too: two
+    # starts not kept apart by the admission lock meet here and decide on the same room.
+    open(os.path.join(here, f"looking-{{os.getpid()}}"), "w").close()
+    deadline = time.monotonic() + 1.5
+    while len([n for n in os.listdir(here) if n.startswith("looking-")]) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return 2 * GiB, 4 * GiB
+
+real_reserve = node_files.reserve
+
+def slow_reserve(nbytes, directory=None):
+    time.sleep(0.3)  # between the check and the reservation: the window the lock closes
+    real_reserve(nbytes, directory)
+
+node_files.reserve = slow_reserve
+
+class Held(Exception):
+    pass
+
+def on_hold():
+    raise Held  # the first check found no room: that is all this test asks
+
+print("ready", flush=True)
+sys.stdin.readline()  # both go at once
+try:
+    start_gate.admit(GiB, True, 60.0, on_hold, read=read)
+    print("admitted", flush=True)
+except Held:
+    print("held", flush=True)
+sys.stdin.readline()  # keep the reservation until both have answered
+"""
+
+
+def test_two_starts_at_once_do_not_take_the_same_room(run_dir: Path) -> None:
+    """2 GiB used of 4: room under the low mark for one 1 GiB start, not two. The admission
+    lock makes the second see the first's reservation."""
+    code = ADMIT_ONE.format(repo=str(Path(__file__).resolve().parents[1]))
+    env = {**os.environ, "RAYDBG_RUN_DIR": str(run_dir)}
+    starts = [subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True, env=env) for _ in range(2)]
+    try:
+        for p in starts:  # both imported and waiting
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        for p in starts:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        answers = sorted(p.stdout.readline().strip() for p in starts if p.stdout is not None)
+        assert answers == ["admitted", "held"], answers
+    finally:
+        for p in starts:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.parametrize("learn", ["1", "0"])
+def test_memory_learn_off_does_not_hold_a_function_learned_to_be_big(
+    learn: str, monkeypatch: pytest.MonkeyPatch, run_dir: Path, clock: Clock
+) -> None:
+    """The worker's set-up reads RAYDBG_MEMORY_LEARN: on, a start of a function whose learned
+    peak does not fit is held; off, it starts at once (the monitor still kills as before)."""
+    from raydbg.memory import work
+
+    monkeypatch.setenv("RAYDBG_MEMORY_LEARN", learn)
+    settings.reload()
+    _peaks(run_dir, {"f00d": 2 * GiB})  # this node learned that f00d's tasks reach 2 GiB
+    monkeypatch.setattr(work, "node_id_of_self", lambda: "n1")
+    # Ray's hook points (submit and task start) stay as they are: only the gate's state is set up.
+    monkeypatch.setattr(budgets, "install_submit_hook", lambda: True)
+    monkeypatch.setattr(start_gate, "install", lambda: True)
+    monkeypatch.setattr(start_gate, "_peaks", None)
+    monkeypatch.setattr(start_gate, "_flag", None)
+    start_gate.worker_setup()
+    monkeypatch.setattr(start_gate, "node_memory", lambda: (2 * GiB, 4 * GiB))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        # Another admitted task has ~1 GiB still to take: 2 used + 2 learned + 1 > the high
+        # mark (3.5 of 4 GiB); without the learned peak the node is calm (3 < 3.5).
+        (run_dir / f"reserve-{other.pid}").write_text(str(GiB))
+        start_gate.before_task(TID, 0, "grow", "f00d")
+        start_gate.release()
+    finally:
+        other.kill()
+        other.wait()
+    assert (clock.sleeps != []) == (learn == "1"), clock.sleeps[:3]

@@ -19,7 +19,8 @@ def _can_sandbox() -> str | None:
     try:
         ChildCgroup(64 << 20).destroy()
     except (SandboxError, OSError) as e:
-        return f"no writable memory cgroup here ({e}); see DEVELOPERS.md"
+        return (f"no writable memory cgroup here ({e}): the test makes a child memory cgroup of its own "
+                "(write access to this process's cgroup: root); see examples/cgroup_sandbox.py, docs/memory.md")
     return None
 
 

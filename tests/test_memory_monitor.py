@@ -572,3 +572,49 @@ def test_resolver_skips_tasks_held_at_start(tmp_path: Path) -> None:
     r = Resolver(FreshView(), roots=Roots(proc=proc), run_dir=d)
     out = r.candidates({1: pm(1, GiB), 2: pm(2, GiB)}, {})
     assert [c.pid for c in out] == [2] and r.held == {1}
+
+
+METRICS_RUN = """
+import sys
+sys.path.insert(0, {tests!r})
+from pathlib import Path
+from raydbg import telemetry
+from raydbg.telemetry.prometheus import prometheus_text
+telemetry.setup("agent")
+import test_memory_monitor as t
+used = [int(3.8 * t.GiB)]  # over the threshold (3.6 of 4 GiB)
+mon, killed, events, dead, clock = t.make(Path({tmp!r}), used, [t.task(3, 500 * t.MiB, 9)])
+mon.poll()  # crossed: the kill
+assert killed == [3], killed
+dead.add(3)
+used[0] = 2 * t.GiB
+clock.t += 2.5
+mon.poll()  # back under, 2.5 s after the crossing
+sys.stdout.write(prometheus_text(node=False).decode())
+"""
+
+
+def test_kill_reaction_and_recovery_metrics(tmp_path: Path, run_dir: Path) -> None:
+    """raydbg.memory.kills, .reaction and .recovery, read back as the agent's /metrics
+    serves them (a process of its own: telemetry is set up once per process)."""
+    import subprocess
+    import sys
+
+    code = METRICS_RUN.format(tests=str(Path(__file__).resolve().parent), tmp=str(tmp_path))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAYDBG_TELEMETRY"))}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env={**env, "RAYDBG_TELEMETRY_DIR": str(tmp_path / "telemetry")})
+    assert out.returncode == 0, out.stderr
+    lines = [x for x in out.stdout.splitlines() if x.startswith("raydbg_memory_")]
+    series = {x.rsplit(" ", 1)[0]: float(x.rsplit(" ", 1)[1]) for x in lines}
+
+    def value(name: str, *labels: str) -> float:
+        found = [v for k, v in series.items() if k.split("{")[0] == name and all(lab in k for lab in labels)]
+        assert len(found) == 1, (name, labels, lines)
+        return found[0]
+
+    assert value("raydbg_memory_kills_total", 'kind="task"', 'dry_run="false"', 'node_id="n1"') == 1
+    assert value("raydbg_memory_reaction_seconds_count", 'node_id="n1"') == 1
+    assert value("raydbg_memory_reaction_seconds_sum", 'node_id="n1"') == 0  # killed in the crossing's poll
+    assert value("raydbg_memory_recovery_seconds_count", 'node_id="n1"') == 1
+    assert value("raydbg_memory_recovery_seconds_sum", 'node_id="n1"') == 2.5

@@ -30,16 +30,17 @@ def test_value_passed_as_unit_is_refused() -> None:
 def test_unused_api_is_cheap_silent_and_thread_safe(tmp_path: Path) -> None:
     code = textwrap.dedent(
         """
-        import json, threading, time
+        import json, sys, threading
         from raydbg import telemetry as tm
         c = tm.counter("test.c")
         h = tm.histogram("test.h", "s")
-        t0 = time.perf_counter()
-        for i in range(50000):
+        for i in range(1000):
             with tm.span("x", i=i):
                 c.add(1)
                 h.record(0.1)
-        off_us = (time.perf_counter() - t0) / 50000 * 1e6
+        # Off (raydbg not active here): the calls paid a check, nothing was built or started.
+        off = {"sdk": sorted(m for m in sys.modules if m.startswith("opentelemetry.sdk")),
+               "threads": threading.active_count(), "enabled": tm.enabled()}
         tm.setup("driver")  # instruments made before set-up bind now
         def work():
             for i in range(500):
@@ -49,17 +50,19 @@ def test_unused_api_is_cheap_silent_and_thread_safe(tmp_path: Path) -> None:
         for t in threads: t.start()
         for t in threads: t.join()
         tm.flush()
-        print(json.dumps({"off_us": off_us, **tm.stats()["exporters"]["jsonl"]}))
+        print(json.dumps({"off": off, **tm.stats()["exporters"]["jsonl"]}))
         """
     )
-    env = {**os.environ, "RAYDBG_TELEMETRY_DIR": str(tmp_path)}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAYDBG_TELEMETRY", "RAY_DEBUG"))}
+    env["RAYDBG_TELEMETRY_DIR"] = str(tmp_path)
     out = subprocess.run(
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0, out.stderr
     stats = json.loads(out.stdout)
-    # Before setup(): three calls per iteration cost microseconds, not an exporter's time.
-    assert stats["off_us"] < 25, stats
+    # Before setup(), off: the SDK is not even imported, no exporter thread runs (the
+    # calls' cost in time is benchmarks/telemetry_overhead.py's).
+    assert stats["off"] == {"sdk": [], "threads": 1, "enabled": False}, stats
     # A burst from 8 threads may overrun the bounded queue: every span is exported or counted.
     assert stats["exported"] + stats["dropped"] == 8 * 500 and stats["exported"] >= 2048, stats
     recs = [json.loads(x) for f in tmp_path.glob("*.jsonl") for x in f.read_text().splitlines()]

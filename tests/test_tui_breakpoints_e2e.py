@@ -53,14 +53,26 @@ def cells(app: Any) -> dict[str, tuple[str, ...]]:
     return {key: tuple(str(c) for c in table.get_row_at(i)) for i, key in enumerate(table.row_keys)}
 
 
+async def armed_in(keeper: Any, timeout: float = 30) -> None:
+    """Until the keeper's worker has armed the registry's current breakpoints."""
+    from raydbg.breakpoints import store
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while (now := store.version()) != await asyncio.to_thread(ray.get, keeper.loaded.remote(), timeout=30):
+        assert loop.time() < deadline, f"breakpoint version {now!r} not armed within {timeout}s"
+        await asyncio.sleep(0.1)
+
+
 async def test_armed_listed_with_its_pause_then_removed_with_x_and_shift_x(gateway: HttpGateway) -> None:
     job = str(ray.get_runtime_context().get_job_id())
     put = await gateway.put(f"/api/v1/breakpoints?owner={OWNER}&job={job}",
                             body={"breakpoints": [{"file": "e2e/armed_targets.py", "line": ARMED}]})
     (mine,) = put["breakpoints"]
     never = await gateway.post("/api/v1/breakpoints", body={"file": t.FILE, "line": ARMED, "condition": "n < 0"})
-    await asyncio.sleep(1.0)  # the promise: armed in every worker within a second
-    ref = ray.remote(num_cpus=0.5)(t.scaled).remote(3)
+    keeper = ray.remote(t.Keeper).remote()  # one live worker: what it has armed can be asked
+    await armed_in(keeper)
+    ref = keeper.call.remote(3)
     app = create_app(gateway, refresh=0.3)
     async with app.run_test(size=(110, 30)) as pilot:
         await pilot.press("b")
@@ -84,6 +96,6 @@ async def test_armed_listed_with_its_pause_then_removed_with_x_and_shift_x(gatew
         await until(pilot, lambda: cells(app) == {}, timeout=15)
         assert "0 armed" in str(app.screen.query_one("#bp-status", Static).render())
     assert await gateway.breakpoints() == []
-    await asyncio.sleep(1.0)  # and disarmed within a second
-    assert ray.get(ray.remote(num_cpus=0.5)(t.scaled).remote(4), timeout=60) == 41
+    await armed_in(keeper)  # disarmed there
+    assert ray.get(keeper.call.remote(4), timeout=60) == 41
     assert not [s for s in await gateway.sessions() if s.get("breakpoint_id")]

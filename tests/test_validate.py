@@ -174,13 +174,23 @@ def test_dial_refuses_what_ray_does_not_vouch_for(node: str, reported: Any, why:
 
 
 async def test_one_poller_serves_every_sse_client_and_stops_without_them() -> None:
-    reads: list[int] = []
+    # Each read waits for a permit the test hands out and returns a new list: the reads
+    # made are counted (started and in flight), not the feed's own tally.
+    started = in_flight = most_in_flight = 0
+    permits = asyncio.Semaphore(0)
 
     async def fetch() -> list[dict[str, Any]]:
-        reads.append(1)
-        return [{"n": len(reads) // 4}]  # changes every 4th poll
+        nonlocal started, in_flight, most_in_flight
+        started += 1
+        in_flight += 1
+        most_in_flight = max(most_in_flight, in_flight)
+        try:
+            await permits.acquire()
+        finally:
+            in_flight -= 1
+        return [{"n": started}]
 
-    f = feed.SessionFeed(fetch, max_clients=3, poll_s=0.01)
+    f = feed.SessionFeed(fetch, max_clients=3, poll_s=0)
     for _ in range(3):
         f.join()
     with pytest.raises(feed.TooManyClients):
@@ -188,16 +198,23 @@ async def test_one_poller_serves_every_sse_client_and_stops_without_them() -> No
     seen = [-1, -1, -1]
     bodies = []
     for _ in range(3):
+        permits.release()  # one read's worth
         got = await asyncio.gather(*(f.next(s, 5) for s in seen))
         seen = [v for v, _ in got]
         bodies.append({b for _, b in got})
     assert all(len(b) == 1 and None not in b for b in bodies)  # every client saw the same list
-    polls = f.polls
-    assert polls < 20  # three clients, one poller: not three times the reads
+    assert len({b for bs in bodies for b in bs}) == 3  # three versions
+    # One poller: one read at a time, three done and at most the fourth waiting. A poller
+    # per client would have three reads in flight from the start.
+    assert most_in_flight == 1 and started <= 4, (most_in_flight, started)
     for _ in range(3):
         f.leave()
-    await asyncio.sleep(0.1)
-    assert f.polls == polls and f.clients == 0  # nobody listens: nothing is read
+    reads = started
+    for _ in range(10):
+        permits.release()
+    for _ in range(50):  # the loop turns over many times: a live poller would read again
+        await asyncio.sleep(0)
+    assert started == reads and f.clients == 0  # nobody listens: nothing is read
 
 
 class DictKV:

@@ -18,6 +18,8 @@ from raydbg.agent.server import AgentServer, Feature
 from raydbg.agent.token import agent_token, leave_for_local_clients
 from raydbg.breakpoints import api as breakpoints_api
 from raydbg.gang import routes as gang_routes
+from raydbg.gcs_tables import GcsTables
+from raydbg.memory import budgets
 from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
@@ -52,6 +54,7 @@ class NodeAgent:
         self.port = 0
         self._ready = threading.Event()
         self._stop = threading.Event()
+        self._pruned_jobs: set[str] = set()  # ended jobs whose budgets are gone (head only)
         threading.Thread(target=self._serve, name="raydbg-agent-server", daemon=True).start()
         if not self._ready.wait(30):
             raise RuntimeError("raydbg agent: server did not start")
@@ -128,6 +131,10 @@ class NodeAgent:
                     registry.prune_events()
                 except Exception:
                     log.exception("raydbg agent: pruning events failed")
+                try:  # ended jobs' retry budgets and kill records (memory/budgets.py)
+                    budgets.prune_ended_jobs(GcsTables().ended_jobs(), self._pruned_jobs)
+                except Exception:
+                    log.exception("raydbg agent: pruning ended jobs' budgets failed")
             try:
                 self.record["memory"] = nodes.node_memory()
                 self.record["workers"] = nodes.count_ray_workers()

@@ -248,6 +248,12 @@ def start(job_id: str, node_id: str) -> Worker | None:
     return worker
 
 
+def loaded_version() -> bytes | None:
+    """The `breakpoint-version` this worker's arming was last built from (None: no poll
+    thread here): what "armed in this worker" means, for whoever must wait for it."""
+    return _worker.version if _worker is not None else None
+
+
 def worker_setup() -> None:
     """Called by raydbg's worker_process_setup_hook."""
     import ray

@@ -282,7 +282,19 @@ def mark_killed(task_id_hex: str, kills: int, event_id: str, memory: int = 0) ->
 
 
 def prune_job(job_id_hex: str) -> None:
-    """Drop a finished job's records (the agent calls this when a job ends)."""
+    """Drop a finished job's records (prune_ended_jobs, from the head's agent)."""
     gcs = registry.client()
     for prefix in (PREFIX, FUNCTION, KILLED):
         gcs.internal_kv_del(f"{prefix}{job_id_hex}/".encode(), True, _NS, timeout=_TIMEOUT)
+
+
+def prune_ended_jobs(ended: list[str], done: set[str]) -> list[str]:
+    """prune_job for each job in `ended` (Ray's job table) not in `done` yet; adds them to
+    `done` and returns them. The head's agent calls this with every pruning of events."""
+    pruned = []
+    for job in ended:
+        if job not in done:
+            prune_job(job)
+            done.add(job)
+            pruned.append(job)
+    return pruned

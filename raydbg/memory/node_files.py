@@ -92,15 +92,17 @@ class RunningRecord:
         self.directory = directory or run_dir()
         self._map: mmap.mmap | None = None
 
-    def write_static(self, task_id: str, attempt: int, static: str, held: bool = False) -> None:
+    def write_static(self, task_id: str, attempt: int, static: str, held: bool = False,
+                     start: float | None = None) -> None:
         """`static`: the record's fields that do not change between this function's tasks,
-        JSON-encoded once by the caller (this runs before every task)."""
+        JSON-encoded once by the caller (this runs before every task). `start`: the
+        record's start (time.time()), now if not given."""
         # Only a Ray worker runs this, at its task starts; a child it forks never does.
         m = self._map
         if m is None:
             m = self._open()
         data = (
-            f'{{"task_id": "{task_id}", "attempt": {attempt}, "start": {time.time()}, '
+            f'{{"task_id": "{task_id}", "attempt": {attempt}, "start": {time.time() if start is None else start}, '
             f'"held": {"true" if held else "false"}, {static}}}'
         ).encode()[:RECORD_SIZE]
         # One copy of the whole fixed-size block into the shared page: no system call, so

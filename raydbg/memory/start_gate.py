@@ -50,7 +50,9 @@ LOW, HIGH = 0, 1  # which mark (settings.py)
 _flag: str | Path | None = None  # this node's pressure flag; None: unknown node, always measure
 _peaks: PeakTable | None = None  # what big functions' tasks reach on this node (learn.py)
 _measurer: NodeMeasurer | None = None
-_sleep = time.sleep  # the wait loop's pause (tests replace it)
+_sleep = time.sleep  # the wait loop's pause (tests replace it, with the two clocks)
+_clock = time.monotonic  # the gate's intervals: holds, the flag's recheck and remap
+_wall = time.time  # a record's start and a ticket's end (the wrapper compares it with time.time())
 _reserving = False  # this worker's running attempt holds a reservation (node_files.py)
 
 
@@ -77,11 +79,12 @@ def wait_until(
     max_hold_s: float,
     on_hold: Callable[[], None] = lambda: None,
     sleep: Callable[[float], None] | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    clock: Callable[[], float] | None = None,
 ) -> float:
     """The gate's one wait loop: until `ok()` or `max_hold_s`, with backoff (0.02 s doubling
     to 0.25 s: a check is a few small file reads, and a held task should start soon after
     its memory fits); `on_hold()` once before the first pause. Seconds waited."""
+    clock = clock or _clock
     start = clock()
     delay = 0.02
     held = False
@@ -229,7 +232,7 @@ def under_pressure() -> str:
     read from its map, or, until the monitor made it, at most one look per FLAG_RECHECK_S."""
     global _flag_down_until, _flag_view, _flag_inode, _flag_remap_at
     if _flag is not None:
-        now = time.monotonic()
+        now = _clock()
         if _flag_view is not None and now >= _flag_remap_at:
             _flag_remap_at = now + FLAG_REMAP_S
             if node_files.inode(_flag) != _flag_inode:
@@ -286,15 +289,18 @@ def before_task(tid: str, attempt: int, name: str = "", function_id: str = "") -
         if attempt == 0 and not under_pressure() and not _peak(function_id)[0]:
             if not tid:
                 return None
-            record.write_static(tid, 0, static)
+            # The ticket runs from the start written: the quick path's record is never
+            # more than TICKET_S older than its task.
+            now = _wall()
+            record.write_static(tid, 0, static, start=now)
             if len(tid) != node_files.TASK_ID_LEN:
                 return None
             if _flag_view is not None:
-                return time.time() + TICKET_S, record.id_field(), _flag_view
-            calm_s = _flag_down_until - time.monotonic()
+                return now + TICKET_S, record.id_field(), _flag_view
+            calm_s = _flag_down_until - _clock()
             if calm_s <= 0:
                 return None
-            return time.time() + calm_s, record.id_field(), _NO_FLAG
+            return now + calm_s, record.id_field(), _NO_FLAG
         held = [False]
 
         def note(now_held: bool) -> None:

@@ -60,7 +60,7 @@ def __getattr__(name: str) -> Any:
 
 def enabled() -> bool:
     """True once `setup()` has run in this process (and telemetry is not switched off)."""
-    from raydbg.telemetry.provider import state
+    from raydbg.telemetry.state import state
 
     return state.tracer is not None
 

@@ -1,8 +1,9 @@
 """The small span/metric API the rest of raydbg calls: `span`, `counter`, `histogram`, `gauge`.
 
-Cheap when telemetry is off: every call first reads `provider.state.tracer` / `.meter`
-and returns at once when it is None. In a process nobody set up, the first call decides
-once (`provider.auto_setup`: on where raydbg is active). Instruments may be created at import time, before
+Cheap when telemetry is off: every call first reads `state.tracer` / `.meter` and returns
+at once when it is None. In a process nobody set up, the first call decides once
+(`state.decide`: on where raydbg is active; only then is the SDK imported, by provider.py).
+Instruments may be created at import time, before
 `setup()`; they bind to the real meter on first use after it. Thread-safe.
 """
 
@@ -20,9 +21,20 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Status, StatusCode
 
-from raydbg.telemetry.provider import auto_setup, state
+from raydbg.telemetry.state import decide, state
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def auto_setup() -> bool:
+    """provider.auto_setup, with the SDK imported only where the decision is to set up."""
+    if not decide():
+        return state.tracer is not None
+    from raydbg.telemetry.provider import setup_decided
+
+    return setup_decided()
+
+
 # Seconds buckets for `unit="s"` histograms: 1 ms .. 10 min (OTel's default is for ms).
 SECONDS_BUCKETS = (
     0.001,

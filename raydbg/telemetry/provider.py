@@ -14,7 +14,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry import metrics, trace
@@ -36,6 +35,8 @@ from raydbg.telemetry import raycontext
 from raydbg.telemetry.bounded import BoundedSpanProcessor
 from raydbg.telemetry.jsonl import JsonlFile, JsonlMetricExporter, JsonlSpanExporter
 from raydbg.telemetry.settings import Plan, read_plan
+from raydbg.telemetry.state import State, decide, state
+from raydbg.telemetry.state import lock as _lock
 
 log = logging.getLogger("raydbg.telemetry")
 SCOPE = "raydbg"
@@ -43,27 +44,6 @@ SCOPE = "raydbg"
 LABEL_RESOURCE_KEYS = frozenset({"raydbg.process", "process.pid"})
 
 
-@dataclass
-class State:
-    """Everything `setup()` built; `tracer is None` means telemetry is off (the cheap path)."""
-
-    tracer: trace.Tracer | None = None
-    meter: metrics.Meter | None = None
-    generation: int = 0
-    # None: nobody called setup() yet and the first emission decides (auto_setup).
-    auto: bool | None = None
-    kind: str = ""
-    plan: Plan | None = None
-    tracer_provider: TracerProvider | None = None
-    meter_provider: MeterProvider | None = None
-    processors: list[BoundedSpanProcessor] = field(default_factory=list)
-    jsonl: JsonlFile | None = None
-    # The live reader behind prometheus_text() (cumulative, read on each scrape).
-    metric_reader: InMemoryMetricReader | None = None
-
-
-state = State()
-_lock = threading.RLock()
 _atexit_registered = False
 
 
@@ -224,16 +204,12 @@ def setup(kind: str | None = None) -> bool:
 
 def auto_setup() -> bool:
     """On the first span or metric of a process nobody set up: `setup()` when raydbg is
-    active here (RAY_DEBUG=1 in the driver, carried to its workers). Decided once, so a
-    process that never emits never imports the SDK, and one that is off pays a check."""
-    with _lock:
-        if state.auto is not None or state.tracer is not None:
-            return state.tracer is not None
-        state.auto = False  # decided; setup()'s own calls see the cheap path
-    from raydbg import config
+    active here (RAY_DEBUG=1 in the driver, carried to its workers); see state.decide."""
+    return setup_decided() if decide() else state.tracer is not None
 
-    if not config.is_active():
-        return False
+
+def setup_decided() -> bool:
+    """`setup()` once `state.decide()` said so; never raises."""
     try:
         return setup()
     except Exception:  # telemetry must never break the code that emits

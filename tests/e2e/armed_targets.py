@@ -36,5 +36,11 @@ class Keeper:
     def call(self, n: int) -> int:
         return scaled(n)
 
+    def loaded(self) -> bytes | None:
+        """The breakpoint version this worker has armed (raydbg's poll thread)."""
+        from raydbg.breakpoints.worker import loaded_version
+
+        return loaded_version()
+
 
 ray.cloudpickle.register_pickle_by_value(__import__("sys").modules[__name__])

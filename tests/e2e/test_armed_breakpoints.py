@@ -86,6 +86,25 @@ def wait_until(check: Any, timeout: float, what: str) -> Any:
     raise AssertionError(f"{what} within {timeout}s")
 
 
+def column(cluster: Cluster, bp_id: str, name: str) -> str:
+    """One cell of `raydbg break list` (the table a person reads): breakpoint `bp_id`'s `name` column."""
+    listing = cluster.cli("break", "list")
+    assert listing.returncode == 0, listing.stderr
+    header, *rows = listing.stdout.splitlines()
+    assert name in header.split(), listing.stdout
+    (row,) = [r for r in rows if r.startswith(bp_id)]
+    return row[header.index(name):].split()[0]
+
+
+def armed_in(*keepers: Any, timeout: float = 30) -> None:
+    """Wait until each keeper actor's worker has armed the registry's current breakpoints."""
+    from raydbg.breakpoints import store
+
+    now = store.version()
+    wait_until(lambda: ray.get([k.loaded.remote() for k in keepers], timeout=30) == [now] * len(keepers),
+               timeout, f"breakpoint version {now!r} armed in {len(keepers)} worker(s)")
+
+
 async def inspect_step_continue(port: int) -> dict[str, Any]:
     """Attach, read `local_value`, step over (the return: back in the caller), continue."""
     from raydbg.dap.session import attach_session
@@ -124,10 +143,9 @@ def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster,
                         "two tasks paused at the armed line")
     done, pending = ray.wait(refs, num_returns=3, timeout=90)
     assert len(done) == 3 and len(pending) == 2  # the rest ran on past the breakpoint
-    time.sleep(1.5)
-    assert len(sessions_of(gw, bp["id"])) == 2  # and no third pause came meanwhile
     row = wait_until(lambda: (b := listed(gw)[bp["id"]])["hits"] == 5 and b, 10, "5 hits counted")
-    assert row["paused"] == 2
+    # Every task has been through the line and three have returned: no third pause can come.
+    assert row["paused"] == 2 and len(sessions_of(gw, bp["id"])) == 2
     rec = wait_for_session(gw, id=paused[0]["id"])
     assert (rec["line"], rec["function"], rec["reason"]) == (ARMED, "scaled", "breakpoint")
     with forward(cluster.address, rec["id"]) as port:
@@ -139,8 +157,8 @@ def test_first_tasks_pause_up_to_the_hit_limit_the_rest_run_on(cluster: Cluster,
     assert seen["stepped_to"] in (t.line_of("call"), t.line_of("caller")), seen
     resume(gw, paused[1]["id"])
     assert ray.get(refs, timeout=60) == [n * 10 + 1 for n in range(5)]
-    listing = cluster.cli("break", "list")
-    assert listing.returncode == 0 and bp["id"] in listing.stdout and "2/2" not in listing.stdout
+    # Every pause is over: the listing's paused column reads 0 of 2, after 5 hits.
+    assert column(cluster, bp["id"], "paused") == "0/2" and column(cluster, bp["id"], "hits") == "5"
 
 
 def test_the_slot_of_a_killed_paused_worker_frees_when_its_lease_runs_out(cluster: Cluster, gw: Any) -> None:
@@ -151,10 +169,13 @@ def test_the_slot_of_a_killed_paused_worker_frees_when_its_lease_runs_out(cluste
     from raydbg.breakpoints import store
 
     bp = arm(gw, job=job_id(), hit_limit=1)
-    time.sleep(1.0)  # armed everywhere, and the last test's breakpoints gone everywhere, within a second
-    keeper = ray.remote(t.Keeper).remote()  # a live worker to hit the line with (armed at its start)
-    first = ray.remote(num_cpus=0.5, max_retries=0)(t.slow_scaled).remote(1)
+    # A worker of its own (its own runtime env): armed with this test's breakpoint at its
+    # start, never a pooled one that still holds the last test's.
+    fresh = {"env_vars": {"RAYDBG_TEST_FRESH_WORKER": bp["id"]}}
+    first = ray.remote(num_cpus=0.5, max_retries=0, runtime_env=fresh)(t.slow_scaled).remote(1)
+    keeper = ray.remote(t.Keeper).remote()  # a live worker to hit the line with
     keeper_pid = ray.get(keeper.pid.remote(), timeout=60)
+    armed_in(keeper)
     rec = wait_until(lambda: sessions_of(gw, bp["id"]), 90, "the first task paused")[0]
     victim = psutil.Process(rec["pid"])
     victim.kill()  # its slot stays held: nobody releases or renews it
@@ -200,7 +221,7 @@ def test_arming_reaches_running_and_later_workers_rm_disarms_conditions(cluster:
     early = ray.remote(t.Keeper).remote()
     ray.get(early.pid.remote(), timeout=60)  # a worker that was running before the arming
     bp = arm(gw, job=job_id())
-    time.sleep(1.0)  # the promise: armed in every worker within a second
+    armed_in(early)  # the running worker armed itself (its poll thread)
     ref = early.call.remote(7)
     rec = wait_for_session(gw, breakpoint_id=bp["id"], timeout=30)
     assert rec["line"] == ARMED
@@ -215,11 +236,11 @@ def test_arming_reaches_running_and_later_workers_rm_disarms_conditions(cluster:
     assert ray.get(ref, timeout=60) == 81
     out = cluster.cli("break", "rm", bp["id"])
     assert out.returncode == 0 and bp["id"] in out.stdout, out.stderr
-    time.sleep(1.0)
+    armed_in(early, late)  # both workers have disarmed
     assert ray.get([early.call.remote(9), late.call.remote(9)], timeout=30) == [91, 91]
     never = arm(gw, job=job_id(), condition="n < 0")
     when5 = arm(gw, job=job_id(), condition="n == 5")
-    time.sleep(1.0)
+    armed_in(early)  # both armed in the worker: a run-on below is the conditions' doing
     assert ray.get(early.call.remote(4), timeout=30) == 41  # both conditions false: no pause
     ref = early.call.remote(5)
     rec = wait_for_session(gw, breakpoint_id=when5["id"], timeout=30)

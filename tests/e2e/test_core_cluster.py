@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ import aiohttp
 import psutil
 import pytest
 import ray
-from cluster import Cluster
+from cluster import Cluster, free_ports
 
 from e2e import targets
 from e2e.conftest import (
@@ -36,13 +38,30 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    with Cluster(env={"RAYDBG_WAIT_TIMEOUT": "120"}) as running:
+def gateway_port() -> int:
+    return free_ports(1)[0]
+
+
+@pytest.fixture(scope="module")
+def cluster(gateway_port: int) -> Iterator[str]:
+    with Cluster(env={"RAYDBG_WAIT_TIMEOUT": "120", "RAYDBG_GATEWAY_PORT": str(gateway_port)}) as running:
+        # What a client says before any test started agents (the tests run in any order).
+        FRESH["list"] = raydbg_cli(running.address, "list")
         yield running.address
 
 
+FRESH: dict[str, subprocess.CompletedProcess[str]] = {}
+
+
+def test_the_gateway_listens_on_raydbg_gateway_port(cluster: str, gateway_port: int) -> None:
+    assert raydbg_cli(cluster, "up").returncode == 0
+    gw = gateway(cluster)
+    assert gw.address.rsplit(":", 1)[1] == str(gateway_port), gw.address
+    assert asyncio.run(gw.status())["gateway"]  # and it answers there
+
+
 def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> None:
-    before = raydbg_cli(cluster, "list")
+    before = FRESH["list"]
     assert before.returncode == 1 and "raydbg up" in before.stderr  # one clear line, no traceback
     assert "Traceback" not in before.stderr
     ref = ray.remote(targets.plain_task).remote(2)
@@ -72,19 +91,37 @@ def test_killed_paused_worker_is_collected(cluster: str) -> None:
     assert time.monotonic() - started < 5
     events = json.loads(raydbg_cli(cluster, "events", "--json").stdout)
     assert any(e["kind"] == "session.collected" and e["details"]["session"] == rec["id"] for e in events)
+    # --follow: the collection above comes first (replayed), then one caused while following.
     from e2e.conftest import RAYDBG, cli_env
 
     follow = subprocess.Popen([*RAYDBG, "events", "--follow", "--json"], env=cli_env(cluster),
                               stdout=subprocess.PIPE, text=True, cwd=REPO)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(x) for x in follow.stdout or ()], daemon=True).start()
+
+    def collected(sid: str, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                ev = json.loads(lines.get(timeout=max(0.0, deadline - time.monotonic())))
+            except queue.Empty:
+                break
+            if ev["kind"] == "session.collected" and ev["details"].get("session") == sid:
+                return
+        raise AssertionError(f"raydbg events --follow never printed the collection of {sid}")
+
     try:
-        assert follow.stdout is not None
-        first = json.loads(follow.stdout.readline())
-        assert first["kind"] in ("session.collected", "session.timeout")
+        collected(rec["id"])  # replayed: the follower has read the log once
+        ref2 = ray.remote(max_retries=0)(targets.plain_task).remote(4)
+        rec2 = wait_for_session(gw, function="plain_task")
+        psutil.Process(rec2["pid"]).kill()
+        collected(rec2["id"])  # new: printed as it came
     finally:
         follow.kill()
         follow.wait(10)
-    with pytest.raises(ray.exceptions.RayError):
-        ray.get(ref, timeout=60)
+    for doomed in (ref, ref2):
+        with pytest.raises(ray.exceptions.RayError):
+            ray.get(doomed, timeout=60)
 
 
 def _refused(gw: Any) -> dict[str, int]:

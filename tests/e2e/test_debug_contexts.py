@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,9 +107,11 @@ async def _continue_and_check(ray_cluster: str, gw: Any, first: dict[str, Any], 
         done, _ = await asyncio.get_running_loop().run_in_executor(
             None, lambda: ray.wait(refs, num_returns=1, timeout=30))
         assert done and ray.get(done[0]) == 101
-        await asyncio.sleep(0.5)
+        # The other call is still running (paused), not merely still listed.
+        _, pending = await asyncio.get_running_loop().run_in_executor(
+            None, lambda: ray.wait(refs, num_returns=2, timeout=1))
         still = [r for r in await gw.sessions() if r["function"] == "work"]
-        other_still_listed = len(still) == 1
+        other_still_listed = pending == [refs[1]] and len(still) == 1
         await client.continue_(paused[2])
         await client.disconnect()
         await client.close()
@@ -188,3 +192,43 @@ def test_wait_timeout_continues_without_a_client(ray_cluster: str, gw: Any) -> N
     wait_for_session(gw, function="plain_task", attachable=False)
     assert ray.get(ref, timeout=90) == 4
     assert time.monotonic() - started >= 2
+
+
+def _stderr_file(pid: int) -> str:
+    """The worker's stderr log (Ray's worker-*.err), while the worker lives."""
+    return os.readlink(f"/proc/{pid}/fd/2")
+
+
+def test_a_post_mortem_nobody_attaches_to_times_out_and_raises_again(ray_cluster: str, gw: Any) -> None:
+    """RAYDBG_WAIT_TIMEOUT with a post-mortem: the task's own exception comes back, with a
+    session.timeout event and a line in the worker's log."""
+    fast = {"env_vars": {"RAYDBG_WAIT_TIMEOUT": "2"}}
+    ref = ray.remote(max_retries=0, runtime_env=fast)(targets.failing_task).remote(7)
+    rec = wait_for_session(gw, function="failing_task")
+    assert rec["reason"] == "exception" and rec["exception"]["type"] == "ValueError"
+    log_file = _stderr_file(rec["pid"])
+    with pytest.raises(ray.exceptions.RayTaskError) as raised:
+        ray.get(ref, timeout=60)
+    assert isinstance(raised.value.as_instanceof_cause(), ValueError) and "bad input" in str(raised.value)
+    wait_gone(gw, rec["id"])
+    events = asyncio.run(gw.events())
+    assert any(e["kind"] == "session.timeout" and e["details"].get("session") == rec["id"] for e in events), events
+    text = Path(log_file).read_text(errors="replace")
+    assert f"no client attached to session {rec['id']} within 2.0s (RAYDBG_WAIT_TIMEOUT); re-raising" in text
+
+
+def test_compatibility_mode_listens_on_tcp_and_says_so_loudly(ray_cluster: str, gw: Any) -> None:
+    """RAYDBG_COMPAT_BIND_NODE_IP=1: an unauthenticated TCP port on every interface, a warning
+    in the worker's log; the relay still attaches."""
+    import psutil
+
+    compat = {"env_vars": {"RAYDBG_COMPAT_BIND_NODE_IP": "1"}}
+    ref = ray.remote(runtime_env=compat)(targets.plain_task).remote(10)
+    rec = wait_for_session(gw, function="plain_task")
+    listening = {(c.laddr.ip, c.laddr.port) for c in psutil.Process(rec["pid"]).net_connections("inet")
+                 if c.status == psutil.CONN_LISTEN}
+    assert any(ip == "0.0.0.0" for ip, _ in listening), listening
+    text = Path(_stderr_file(rec["pid"])).read_text(errors="replace")
+    assert "raydbg COMPATIBILITY MODE (RAYDBG_COMPAT_BIND_NODE_IP=1)" in text and "WITHOUT authentication" in text
+    _debug_round(ray_cluster, gw, "task", "local_value", "30", function="plain_task", id=rec["id"])
+    assert ray.get(ref, timeout=60) == 31

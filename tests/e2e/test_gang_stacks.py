@@ -41,6 +41,8 @@ def train_func(config: dict[str, Any]) -> None:
 
     rank = ray.train.get_context().get_world_rank()
     t = torch.ones(1)
+    if rank == config["odd"]:
+        open(os.path.join(os.path.dirname(config["marker"]), "holding"), "w").close()
     while rank == config["odd"] and os.path.exists(config["marker"]):
         time.sleep(0.05)  # the odd one: not in the collective
     dist.all_reduce(t)  # the others wait here for it
@@ -76,34 +78,38 @@ def cluster(deny: Path) -> Iterator[Cluster]:
         yield c
 
 
-@pytest.fixture(scope="module")
-def stuck_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def start_run(tmp: Path, name: str, workers: int, odd: int) -> dict[str, Any]:
+    """A Train run whose rank `odd` holds while its own marker file exists (in a thread)."""
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    tmp = tmp_path_factory.mktemp("gang")
     marker = tmp / "hold"
     marker.write_text("hold")
     trainer = TorchTrainer(
-        train_func, train_loop_config={"odd": ODD, "marker": str(marker)},
-        scaling_config=ScalingConfig(num_workers=WORKERS),
+        train_func, train_loop_config={"odd": odd, "marker": str(marker)},
+        scaling_config=ScalingConfig(num_workers=workers),
         torch_config=TorchConfig(backend="gloo"),
-        run_config=RunConfig(name=RUN, storage_path=str(tmp / "storage")),
+        run_config=RunConfig(name=name, storage_path=str(tmp / "storage")),
     )
     result: dict[str, Any] = {}
 
     def fit() -> None:
         try:
             result["result"] = trainer.fit()
-        except Exception as exc:  # reported by the test below
+        except Exception as exc:  # reported by the test that joins it
             result["error"] = exc
 
     th = threading.Thread(target=fit, daemon=True)
     th.start()
-    info = {"marker": marker, "result": result, "thread": th}
+    return {"marker": marker, "result": result, "thread": th}
+
+
+@pytest.fixture(scope="module")
+def stuck_run(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    info = start_run(tmp_path_factory.mktemp("gang"), RUN, WORKERS, ODD)
     yield info
-    marker.unlink(missing_ok=True)
-    th.join(180)
+    info["marker"].unlink(missing_ok=True)
+    info["thread"].join(180)
 
 
 def stacks(cluster: Cluster, *args: str) -> dict[str, Any]:
@@ -213,10 +219,16 @@ def test_stacks_of_a_job(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
     assert other.returncode == 0 and json.loads(other.stdout)["workers"] == [], other.stdout
 
 
-def test_run_finishes_after_the_odd_rank_goes_on(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
-    stuck_run["marker"].unlink()
-    stuck_run["thread"].join(180)
-    assert "error" not in stuck_run["result"], stuck_run["result"].get("error")
-    assert stuck_run["result"]["result"].error is None
-    sums = [(stuck_run["marker"].parent / f"sum-{r}").read_text() for r in range(WORKERS)]
-    assert sums == [str(float(WORKERS))] * WORKERS  # every rank got the all_reduce of all four
+def test_run_finishes_after_the_odd_rank_goes_on(cluster: Cluster, tmp_path: Path) -> None:
+    # A run of its own (2 ranks), so the module's stuck run stays stuck for the other tests.
+    run = start_run(tmp_path, f"{RUN}-finish", 2, 1)
+    deadline = time.monotonic() + 300
+    while not (tmp_path / "holding").exists():  # its odd rank has reached the hold
+        assert time.monotonic() < deadline and run["thread"].is_alive(), run["result"]
+        time.sleep(0.2)
+    run["marker"].unlink()
+    run["thread"].join(180)
+    assert "error" not in run["result"], run["result"].get("error")
+    assert run["result"]["result"].error is None
+    sums = [(tmp_path / f"sum-{r}").read_text() for r in range(2)]
+    assert sums == [str(2.0)] * 2  # every rank got the all_reduce of both

@@ -16,6 +16,7 @@ import ray
 from cluster import ENV, Cluster
 
 from e2e.conftest import forward, wait_for_session
+from raydbg.memory import start_gate
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
@@ -76,8 +77,9 @@ def test_each_task_start_names_its_own_task_in_the_record(cluster: tuple[Cluster
         before = time.time()
         _, rec, tid = ray.get(where.remote(), timeout=60)
         assert (rec["task_id"], rec["attempt"], rec["held"], rec["name"]) == (tid, 0, False, "where")
-        # The quick path leaves the start of the worker's last full check (<= 20 ms before).
-        assert before - 1 < rec["start"] < time.time()
+        # The quick path leaves the start of the worker's last full check, whose ticket
+        # (TICKET_S) ran from that very start: never older than that before this task began.
+        assert before - start_gate.TICKET_S <= rec["start"] < time.time(), (before, rec["start"])
 
 
 def test_an_actors_worker_has_rays_own_task_start(cluster: tuple[Cluster, Any]) -> None:
@@ -113,3 +115,48 @@ async def _stack_files(port: int) -> list[str]:
     await client.disconnect()
     await client.close()
     return [str(f.get("source", {}).get("path", "")) for f in frames]
+
+
+JOB_B = """
+import ray, sys
+ray.init(address=sys.argv[1])
+
+@ray.remote(max_retries=0)
+def once() -> int:
+    return 1
+
+print("JOB", ray.get_runtime_context().get_job_id(), ray.get(once.remote(), timeout=120), flush=True)
+"""
+
+
+def test_an_ended_jobs_budgets_are_pruned_a_running_jobs_kept(cluster: tuple[Cluster, Any]) -> None:
+    """What the head's agent does every minute (memory/budgets.prune_ended_jobs), against
+    Ray's real job table: a second driver that ran and exited, and this running job."""
+    import subprocess
+
+    from raydbg import registry
+    from raydbg.gcs_tables import GcsTables
+    from raydbg.memory import budgets
+
+    c, _ = cluster
+    mine = str(ray.get_runtime_context().get_job_id())
+    ray.get(where.options(max_retries=0).remote(), timeout=120)  # a budget of this job's own
+    out = subprocess.run([sys.executable, "-c", JOB_B, c.address], env={**os.environ, "RAY_DEBUG": "1"},
+                         capture_output=True, text=True, timeout=180)
+    line = next((x for x in out.stdout.splitlines() if x.startswith("JOB ")), "")
+    assert line.endswith(" 1"), out.stdout + out.stderr
+    ended = line.split()[1]
+
+    def records(job: str) -> list[str]:
+        return [k for p in (budgets.PREFIX, budgets.FUNCTION) for k in registry.keys(f"{p}{job}/")]
+
+    assert records(ended) and records(mine)
+    deadline = time.monotonic() + 60
+    while ended not in (jobs := GcsTables().ended_jobs()):
+        assert time.monotonic() < deadline, f"job {ended} never marked ended"
+        time.sleep(0.2)
+    assert mine not in jobs
+    done: set[str] = set()
+    assert ended in budgets.prune_ended_jobs(jobs, done)
+    assert records(ended) == [] and records(mine)  # the running job's budgets stay
+    assert budgets.prune_ended_jobs(GcsTables().ended_jobs(), done) == []  # each job once
