@@ -49,18 +49,24 @@ def test_wrapped_pg_setup_raises_timeout_and_keeps_pickle_identity() -> None:
     assert after[0]["world_rank"] == 1
 
 
-def test_report_wrapper_calls_before() -> None:
+def test_report_wrapper_calls_before_and_after_even_when_it_raises() -> None:
     mod = types.ModuleType("fake_fn_utils")
+    calls: list[str] = []
 
     class DistributedTrainFnUtils:
         def report(self, metrics: dict[str, Any]) -> dict[str, Any]:
+            calls.append("report")
+            if metrics.get("fail"):
+                raise RuntimeError("barrier reset")
             return metrics
 
     mod.DistributedTrainFnUtils = DistributedTrainFnUtils  # type: ignore[attr-defined]
-    calls: list[int] = []
-    assert _ray_internals.wrap_train_report(mod, lambda: calls.append(1))
+    assert _ray_internals.wrap_train_report(mod, lambda: calls.append("before"), lambda: calls.append("after"))
     assert DistributedTrainFnUtils().report({"a": 1}) == {"a": 1}
-    assert calls == [1]
+    assert calls == ["before", "report", "after"]
+    with pytest.raises(RuntimeError):
+        DistributedTrainFnUtils().report({"fail": 1})
+    assert calls[3:] == ["before", "report", "after"]
 
 
 def test_post_import_hook_patches_a_module_when_imported(tmp_path: Path) -> None:

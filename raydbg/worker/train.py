@@ -52,13 +52,19 @@ def _after_pg_setup(kwargs: dict[str, Any]) -> None:
              kwargs.get("world_rank"), kwargs.get("timeout_s"))
     from raydbg import progress_records as progress
 
-    progress.beat(0, "train.setup")  # a run stuck before its first report is still seen
+    progress.beat(0, "train.setup", timed=False)  # a run stuck before its first report is still seen
 
 
 def _report_beat() -> None:
     from raydbg import progress_records as progress
 
-    progress.beat(None, "train.report")
+    progress.beat(None, "train.report", sync=True)
+
+
+def _report_returned() -> None:
+    from raydbg import progress_records as progress
+
+    progress.resumed()
 
 
 def _run_done() -> None:
@@ -77,7 +83,7 @@ def _patch_torch_config(module: ModuleType) -> None:
 def _patch_train_fn_utils(module: ModuleType) -> None:
     from raydbg import _ray_internals
 
-    _ray_internals.wrap_train_report(module, _report_beat)
+    _ray_internals.wrap_train_report(module, _report_beat, _report_returned)
 
 
 # --- post-import hooks ----------------------------------------------------------------

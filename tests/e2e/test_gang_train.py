@@ -246,3 +246,52 @@ def test_no_hang_event_for_a_run_paused_by_raydbg(cluster: tuple[Cluster, Any], 
     wait_gone(gw, rec["id"])
     time.sleep(2 * HANG_AFTER_S)  # the pause does not count after the fact either
     assert _hang_events(gw, "gang-paused") == []
+
+
+def _straggler_events(gw: Any, run: str) -> list[dict[str, Any]]:
+    return [e for e in asyncio.run(gw.events(500))
+            if e.get("kind") == "straggler" and (e.get("details") or {}).get("train_run") == run]
+
+
+def test_one_straggler_event_for_a_rank_slower_every_step_none_for_a_uniform_slowdown(
+        cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, gw = cluster
+    steps, release = 8, tmp_path / "release-stragglers"
+    slow = Fit(_trainer(targets.straggler_steps, "gang-straggler", tmp_path, workers=3,
+                        config={"steps": steps, "step_s": 0.1, "extra_s": 0.3, "slow_rank": 0,
+                                "release": str(release)}))
+    uniform = Fit(_trainer(targets.straggler_steps, "gang-uniform", tmp_path, workers=3,
+                           config={"steps": steps, "step_s": 0.4, "extra_s": 0.0, "release": str(release)}))
+    try:
+        events = _wait_events(lambda: _straggler_events(gw, "gang-straggler"), timeout=240)
+        assert len(events) == 1, events
+        details = events[0]["details"]
+        assert details["world_rank"] == 0 and details["pid"] and events[0]["node_id"]  # the rank's node
+        assert min(details["busy_s"]) >= 0.4 and max(details["others_median_s"]) < min(details["busy_s"])
+        assert "rank 0 worked" in events[0]["message"]
+        # Its stack class, taken then: rank 0 alone, in its loop.
+        klass = details["stack_class"]
+        assert klass is not None and klass["count"] == 1, details
+        assert any(f.get("function") == "straggler_steps" for f in klass["frames"]), klass["summary"]
+        # `raydbg steps`: every rank's recent step times, the straggler marked.
+        out = c.cli("steps", "--run", "gang-straggler", "--json", timeout=60)
+        assert out.returncode == 0, out.stderr
+        (run,) = json.loads(out.stdout)["runs"]
+        assert [(r["world_rank"], r["straggler"]) for r in run["ranks"]] == [(0, True), (1, False), (2, False)]
+        assert run["ranks"][0]["busy_median_s"] > 3 * run["ranks"][1]["busy_median_s"]
+        text = c.cli("steps", "--run", "gang-straggler", timeout=60).stdout
+        assert "straggler(s): rank 0" in text, text
+        _wait_events(lambda: [1] if all(r.get("step") == steps for r in _steps(c, "gang-uniform")) else [], 120)
+        time.sleep(2.0)  # two more checks with every uniform step recorded
+    finally:
+        release.touch()
+    assert slow.join() == [float(steps)] * 3
+    assert uniform.join() == [float(steps)] * 3
+    assert len(_straggler_events(gw, "gang-straggler")) == 1
+    assert _straggler_events(gw, "gang-uniform") == []
+
+
+def _steps(c: Cluster, run: str) -> list[dict[str, Any]]:
+    out = c.cli("steps", "--run", run, "--json", timeout=60)
+    runs = json.loads(out.stdout)["runs"] if out.returncode == 0 else []
+    return list(runs[0]["ranks"]) if runs else []
