@@ -130,3 +130,17 @@ def test_a_long_identity_drops_the_step_times_not_the_identity(tmp_path: Path,
     got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())
     assert got["train_run"] == "r" * 850 and "busy_s" not in got
     b.done()
+
+
+def test_median_without_one_value_is_the_median_of_the_rest() -> None:
+    import random
+    import statistics
+
+    rng = random.Random(7)
+    for n in range(2, 40):
+        values = [round(rng.uniform(0, 1), 2) for _ in range(n)]
+        ordered = sorted(values)
+        for v in values:
+            rest = list(values)
+            rest.remove(v)
+            assert stragglers.median_without(ordered, v) == pytest.approx(statistics.median(rest))

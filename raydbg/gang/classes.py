@@ -113,6 +113,16 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
     for w in workers:
         if w.get("train_run") and w.get("world_rank") is not None:
             by_run.setdefault((str(w.get("job_id") or ""), str(w["train_run"])), []).append(w)
+    # Per distinct stack, once: the ranks of a big run share a few stacks (4,096 ranks, ~1 s less).
+    seen: dict[tuple[Any, ...], tuple[str, bool]] = {}
+
+    def class_and_wait(w: Worker) -> tuple[str, bool]:
+        k = key(w)
+        if k not in seen:
+            frames = (main_thread(w) or {}).get("frames") or []
+            seen[k] = (class_id(k), not k[0] and collective_frame(frames) is not None)
+        return seen[k]
+
     out = []
     for (job_id, run), members in sorted(by_run.items()):
         members = sorted(members, key=lambda w: int(w["world_rank"]))
@@ -122,8 +132,7 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
         not_waiting: list[int] = []
         for w in members:
             rank = int(w["world_rank"])
-            t = main_thread(w) or {}
-            in_coll = not worker_paused(w) and collective_frame(t.get("frames") or []) is not None
+            cid, in_coll = class_and_wait(w)
             (waiting if in_coll else not_waiting).append(rank)
             ts = _progress_ts(progress, w)
             state = "paused" if worker_paused(w) else ("held" if paused else "running")
@@ -134,7 +143,7 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
                 "pid": w.get("pid"),
                 "state": state,
                 "session_ids": list(w.get("session_ids") or []),
-                "class_id": class_id(key(w)),
+                "class_id": cid,
                 "last_progress_s": None if ts is None else max(0.0, now - ts),
             })
         sizes = [int(w["world_size"]) for w in members if w.get("world_size")]

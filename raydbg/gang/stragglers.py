@@ -13,6 +13,7 @@ The service that feeds this and records the events is raydbg/gang/hang_service.p
 
 from __future__ import annotations
 
+import bisect
 import os
 import statistics
 from collections.abc import Iterable
@@ -69,6 +70,18 @@ def train_ranks(beats: Iterable[dict[str, Any]]) -> dict[RunKey, dict[int, dict[
     return out
 
 
+def median_without(ordered: list[float], value: float) -> float:
+    """The median of `ordered` (sorted) less one occurrence of `value`, in O(log n): at 4,096
+    ranks, a median of the others per rank would be quadratic."""
+    i = bisect.bisect_left(ordered, value)
+    n = len(ordered) - 1
+
+    def at(j: int) -> float:  # the j-th of the list without index i
+        return ordered[j if j < i else j + 1]
+
+    return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
+
+
 def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, Any]]:
     """The ranks that straggle over the last `s.steps` common steps, with the figures that show it."""
     if len(ranks) < 2:
@@ -78,9 +91,10 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, 
     last = sorted(common)[-s.steps:]
     if len(last) < s.steps:
         return {}
+    by_step = {step: sorted(t[step] for t in times.values()) for step in last}
     found = {}
     for rank, mine in times.items():
-        medians = [statistics.median(times[o][step] for o in times if o != rank) for step in last]
+        medians = [median_without(by_step[step], mine[step]) for step in last]
         if all(mine[step] > s.factor * med and mine[step] - med >= s.min_extra_s
                for step, med in zip(last, medians, strict=True)):
             found[rank] = {
