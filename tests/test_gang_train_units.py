@@ -320,3 +320,16 @@ def test_a_train_step_span_is_progress(tmp_path: Path, monkeypatch: pytest.Monke
         raise RuntimeError("a failed step is not progress")
     assert progress.read_all()[0]["step"] == 5
     progress._beat.done()
+
+
+def test_flight_recorder_on_by_default_users_setting_wins_and_off_switch() -> None:
+    from raydbg.worker.train import enable_flight_recorder
+
+    env: dict[str, str] = {}
+    assert enable_flight_recorder(env) == "2000" and env["TORCH_FR_BUFFER_SIZE"] == "2000"
+    env = {"RAYDBG_FLIGHT_RECORDER": "500"}
+    assert enable_flight_recorder(env) == "500" and env["TORCH_FR_BUFFER_SIZE"] == "500"
+    env = {"TORCH_FR_BUFFER_SIZE": "64", "RAYDBG_FLIGHT_RECORDER": "500"}
+    assert enable_flight_recorder(env) == "64" and env["TORCH_FR_BUFFER_SIZE"] == "64"
+    env = {"RAYDBG_FLIGHT_RECORDER": "0"}
+    assert enable_flight_recorder(env) is None and "TORCH_FR_BUFFER_SIZE" not in env
