@@ -2,7 +2,7 @@
 
 Each trial is a fresh local cluster (`ray.init(address="local")` in a driver subprocess with
 RAY_DEBUG=1), so the agents are never there already: "auto" starts them in the background
-while the first task runs, "off" does not. A second "off" driver is the A/A control. The
+once the first result is in (or 2 s after connect, whichever is first), "off" does not. A second "off" driver is the A/A control. The
 kinds take turns in every round (a Latin square), on one host, side by side.
 
     .venv/bin/python benchmarks/first_task.py [--rounds 5] [--out benchmarks/results/first_task.json]

@@ -3,9 +3,10 @@
     .venv/bin/python benchmarks/stacks.py [--sizes 8 32 64] [--repeats 5] [--overhead-pairs 20] [--steps 40]
 
 Workers are plain actors stuck in a sleep (one of them in a different function: the odd
-one out). For each size it times, several times over: the gateway's answer
-(`GET /api/v1/stacks`, what the TUI pays; also with py-spy off, the cooperative
-handler alone), the `raydbg stacks` CLI end to end (a fresh
+one out), all raydbg-activated. For each size it times, several times over: the gateway's
+answer (`GET /api/v1/stacks`, what the TUI pays: the workers' stacks threads answer; also
+with `thread=0`, py-spy for every worker as for workers raydbg is not in, and with py-spy
+off), the `raydbg stacks --json` CLI end to end (a fresh
 Python process, what a user waits for; found through RAY_ADDRESS, and with the gateway
 named in RAYDBG_GATEWAY), and `ray stack` (py-spy --native over every
 Ray process of this node, one after the other; ungrouped, no Ray identity). `ray stack`
@@ -163,7 +164,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
         env = sudo_shim()
         env["RAY_ADDRESS"] = cluster.address
         actors: list[Any] = []
-        task = progress.add_task("stacks", total=len(sizes) * repeats * 4)
+        task = progress.add_task("stacks", total=len(sizes) * repeats * 5)
         for n in sizes:
             progress.update(task, description=f"starting {n} workers")
             while len(actors) < n:
@@ -172,7 +173,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 (a.odd if not actors else a.stuck).remote()
                 actors.append(a)
             time.sleep(1.0)
-            gateway, coop, cli, cli_direct, ray_stack, took = [], [], [], [], [], []
+            gateway, by_pyspy, coop, cli, cli_direct, ray_stack, took = [], [], [], [], [], [], []
             answer: dict[str, Any] = {}
             for _ in range(repeats):
                 progress.update(task, description=f"{n} workers: gateway")
@@ -181,15 +182,20 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 gateway.append(time.perf_counter() - t)
                 took.append(float(answer["took_s"]))
                 progress.advance(task)
+                progress.update(task, description=f"{n} workers: gateway, py-spy for every worker")
+                t = time.perf_counter()
+                asyncio.run(gw.stacks(thread=False, timeout=120))
+                by_pyspy.append(time.perf_counter() - t)
+                progress.advance(task)
                 progress.update(task, description=f"{n} workers: gateway, cooperative only")
                 t = time.perf_counter()
                 asyncio.run(gw.stacks(pyspy=False, timeout=120))
                 coop.append(time.perf_counter() - t)
                 progress.advance(task)
-                progress.update(task, description=f"{n} workers: raydbg stacks")
-                cli.append(time_cmd([sys.executable, "-m", "raydbg", "stacks"], env)[0])
+                progress.update(task, description=f"{n} workers: raydbg stacks --json")
+                cli.append(time_cmd([sys.executable, "-m", "raydbg", "stacks", "--json"], env)[0])
                 # The gateway named directly (as the head's gateway file does): no GCS lookup.
-                cli_direct.append(time_cmd([sys.executable, "-m", "raydbg", "stacks"],
+                cli_direct.append(time_cmd([sys.executable, "-m", "raydbg", "stacks", "--json"],
                                            {**env, "RAYDBG_GATEWAY": gw.address})[0])
                 progress.advance(task)
                 progress.update(task, description=f"{n} workers: ray stack")
@@ -201,7 +207,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 m["pid"] in {w["pid"] for w in stuck} for m in c["members"])]
             rows.append({
                 "workers": n, "gateway_s": stats(gateway), "gateway_took_s": stats(took),
-                "gateway_cooperative_only_s": stats(coop),
+                "gateway_cooperative_only_s": stats(coop), "gateway_pyspy_every_worker_s": stats(by_pyspy),
                 "train_state_actor_lookup_s": state_actor_s, "progress_records_read_s": progress_s,
                 "raydbg_stacks_cli_s": stats(cli), "raydbg_stacks_cli_gateway_named_s": stats(cli_direct), "ray_stack_s": stats(ray_stack),
                 "stuck_workers_dumped": len([w for w in stuck if w.get("threads")]),
@@ -210,6 +216,7 @@ def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list
                 "ray_stack_dumps": out.count("Stack dump for"),
                 "workers_seen": sorted({str(w.get("actor_name") or w.get("task_name")) for w in answer["workers"]}),
                 "sources": sorted({str(w.get("source")) for w in answer["workers"]}),
+                "cooperative_formats": sorted({str(w.get("cooperative_format")) for w in answer["workers"]}),
             })
             progress.console.print(rows[-1]["workers_seen"], rows[-1]["classes_of_stuck"], rows[-1]["errors"])
             progress.console.print(f"{n} workers: gateway {statistics.median(gateway):.3f}s, "
@@ -265,12 +272,14 @@ def main() -> None:
         result["overhead"] = overhead_benchmark(args.overhead_pairs, args.steps, progress)
     result["load_after"] = os.getloadavg()
     table = Table(title="raydbg stacks vs ray stack (seconds, median / max)")
-    for col in ("workers", "gateway", "gateway, no py-spy", "raydbg stacks (CLI)", "ray stack", "ray stack / raydbg", "groups+labels"):
+    for col in ("workers", "gateway", "gateway, py-spy for all", "gateway, no py-spy", "raydbg stacks (CLI)",
+                "ray stack", "ray stack / raydbg", "groups+labels"):
         table.add_column(col)
     for r in result.get("stacks", []):
         g, c, s = r["gateway_s"], r["raydbg_stacks_cli_s"], r["ray_stack_s"]
-        k = r["gateway_cooperative_only_s"]
-        table.add_row(str(r["workers"]), f"{g['median']:.3f} / {g['max']:.3f}", f"{k['median']:.3f} / {k['max']:.3f}",
+        k, p = r["gateway_cooperative_only_s"], r["gateway_pyspy_every_worker_s"]
+        table.add_row(str(r["workers"]), f"{g['median']:.3f} / {g['max']:.3f}", f"{p['median']:.3f} / {p['max']:.3f}",
+                      f"{k['median']:.3f} / {k['max']:.3f}",
                       f"{c['median']:.3f} / {c['max']:.3f}",
                       f"{s['median']:.3f} / {s['max']:.3f}", f"{s['median'] / c['median']:.1f}x",
                       f"raydbg yes ({len(r['classes_of_stuck'])} classes); ray stack no")

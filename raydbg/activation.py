@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import threading
 from typing import Any
 
 from raydbg import config
@@ -173,9 +174,12 @@ def _start_agents() -> None:
         return
     import ray
 
+    from raydbg import _ray_internals
     from raydbg.agent_host import lifecycle
 
-    lifecycle.ensure_all_soon(lifecycle.who(f"job {ray.get_runtime_context().get_job_id()}"))
+    first_result = threading.Event()
+    _ray_internals.after_first_result(first_result.set)
+    lifecycle.ensure_all_soon(lifecycle.who(f"job {ray.get_runtime_context().get_job_id()}"), first_result)
 
 
 def runtime_env_hook(env: dict[str, Any] | None) -> dict[str, Any]:

@@ -233,9 +233,10 @@ class Gateway:
         return dict(await self.post("/api/v1/continue", body={"job": job} if job is not None else {"all": True}))
 
     async def stacks(self, job: str | None = None, run: str | None = None, native: bool = False,
-                     pyspy: bool = True, timeout: float = 30.0) -> dict[str, Any]:
+                     pyspy: bool = True, timeout: float = 30.0, thread: bool = True) -> dict[str, Any]:
         """Every worker's stacks, grouped (docs/hangs.md); `job`/`run` narrow it, `native` adds C
-        frames, `pyspy=False` asks only the cooperative fallback (no ptrace stop)."""
+        frames, `pyspy=False` asks only the cooperative ways (no ptrace stop), `thread=False`
+        does not ask activated workers' stacks threads (py-spy for every worker)."""
         q = {"native": "1" if native else "0"}
         if job:
             q["job"] = job
@@ -243,6 +244,8 @@ class Gateway:
             q["run"] = run
         if not pyspy:
             q["pyspy"] = "0"
+        if not thread:
+            q["thread"] = "0"
         return dict(await self.get("/api/v1/stacks?" + urlencode(q), timeout=timeout))
 
     async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from raydbg._ray_internals.activation import (
     SETUP_HOOK_ENV,
     WORKER_SCRIPT,
+    after_first_result,
     after_ray_init,
     before_first_function,
     is_worker_process,
@@ -81,6 +82,7 @@ __all__ = [
     "TRAIN_ACTIVE",
     "TRAIN_FN_UTILS_MODULE",
     "WORKER_SCRIPT",
+    "after_first_result",
     "after_ray_init",
     "alive_actor_rows",
     "all_task_events",

@@ -4,7 +4,8 @@ driver's connect.
 Written for Ray 2.60.0. Relies on: the environment variable
 `__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR` that default_worker.py reads, `RAY_RAYLET_PID`
 in a worker's environment, `ray._private.function_manager.FunctionActorManager.
-get_execution_info`, and `ray._private.worker._post_init_hooks`.
+get_execution_info`, `ray._private.worker._post_init_hooks`, and the driver's
+`ray._private.worker.global_worker.get_objects` (what `ray.get` calls).
 """
 
 from __future__ import annotations
@@ -63,3 +64,23 @@ def after_ray_init(fn: Callable[[], None]) -> None:
     hooks = ray._private.worker._post_init_hooks
     if fn not in hooks:
         hooks.append(fn)
+
+
+def after_first_result(fn: Callable[[], None]) -> None:
+    """Call `fn()` once, when this connected driver's first `ray.get` returns (or fails): the
+    driver has had its first task's result. Wraps the worker's `get_objects` for one call."""
+    import ray
+
+    worker = ray._private.worker.global_worker
+    original = worker.get_objects
+
+    @functools.wraps(original)
+    def get_objects(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return original(*args, **kwargs)
+        finally:
+            if worker.__dict__.get("get_objects") is get_objects:
+                worker.__dict__.pop("get_objects", None)  # back to the class's
+                fn()
+
+    worker.get_objects = get_objects  # type: ignore[method-assign]

@@ -27,6 +27,9 @@ _ensure_lock = threading.Lock()
 
 
 JOIN_AT_EXIT_S = 10.0  # a driver that exits at once waits this long for its agent start
+# A driver's agent start waits for its first task result at most this long (a fresh worker
+# starts in ~0.3 s on 2 idle cores; benchmarks/first_task.py).
+START_AFTER_S = 2.0
 
 
 def who(what: str) -> str:
@@ -47,18 +50,23 @@ def ensure_agents_for(rec: SessionRecord) -> None:
         ensure_agents_soon(rec.node_id, who(f"a pause (session {rec.id})"))
 
 
-def ensure_all_soon(started_by: str) -> threading.Thread:
+def ensure_all_soon(started_by: str, go: threading.Event | None = None) -> threading.Thread:
     """From an activated driver once connected: an agent on every alive node and the gateway,
-    in the background (the job's first task does not wait); joined at exit, bounded, so a
-    driver that ends at once does not leave the start half done."""
-    thread = threading.Thread(target=_ensure_all_quietly, args=(started_by,), name="raydbg-start-agents",
+    in the background, once `go` is set (the driver's first task result) or START_AFTER_S
+    have passed, whichever comes first: the agents' process starts do not compete with the
+    first task's worker. Joined at exit, bounded, so a driver that ends at once does not
+    leave the start half done; at exit the start no longer waits for `go`."""
+    go = go or threading.Event()
+    thread = threading.Thread(target=_ensure_all_quietly, args=(started_by, go), name="raydbg-start-agents",
                               daemon=True)
     thread.start()
     atexit.register(thread.join, JOIN_AT_EXIT_S)
+    atexit.register(go.set)  # atexit runs last-registered first: the join finds it started
     return thread
 
 
-def _ensure_all_quietly(started_by: str) -> None:
+def _ensure_all_quietly(started_by: str, go: threading.Event) -> None:
+    go.wait(START_AFTER_S)
     try:
         from raydbg.agent_host import actor
 

@@ -13,9 +13,12 @@ def cmd_stacks(args: argparse.Namespace) -> int:
 
     from raydbg.gang.report import render
 
+    if args.pyspy and args.no_pyspy:
+        raise UserError("--pyspy and --no-pyspy contradict each other: pick one")
     gw = gateway_from_args(args)
     try:
-        answer = asyncio.run(gw.stacks(args.job, args.run, args.native, not args.no_pyspy, timeout=args.timeout))
+        answer = asyncio.run(gw.stacks(args.job, args.run, args.native, not args.no_pyspy, timeout=args.timeout,
+                                       thread=not args.pyspy))
     except ValueError:  # not JSON: a gateway without this route answers 404 in text
         raise UserError(f"the gateway at {gw.address} has no stacks endpoint: restart it with this "
                         "raydbg (`raydbg down && raydbg up`)") from None
@@ -33,7 +36,9 @@ def register(sub: Any) -> None:
     p.add_argument("--native", action="store_true", help="include native (C/C++) frames (py-spy --native)")
     p.add_argument("--all-threads", action="store_true", help="also print every thread of every worker")
     p.add_argument("--no-pyspy", action="store_true",
-                   help="only the cooperative fallback (no ptrace stop of the workers)")
+                   help="only raydbg's cooperative ways (no ptrace stop of the workers)")
+    p.add_argument("--pyspy", action="store_true",
+                   help="py-spy for every worker, raydbg-activated ones too (their stacks threads not asked)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the gateway")
     add_gateway_args(p)
     p.set_defaults(fn=cmd_stacks)

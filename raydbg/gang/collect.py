@@ -45,8 +45,8 @@ async def _progress(token: str, node_id: str) -> dict[Any, float]:
 
 
 def _query(pids: list[int] | None, job: str | None, run: str | None, native: bool,
-           use_pyspy: bool) -> dict[str, str]:
-    q = {"native": "1" if native else "0", "pyspy": "1" if use_pyspy else "0"}
+           use_pyspy: bool, use_thread: bool) -> dict[str, str]:
+    q = {"native": "1" if native else "0", "pyspy": "1" if use_pyspy else "0", "thread": "1" if use_thread else "0"}
     if pids is not None:
         q["pids"] = ",".join(map(str, pids))
     if job:
@@ -57,7 +57,8 @@ def _query(pids: list[int] | None, job: str | None, run: str | None, native: boo
 
 
 async def cluster_stacks(job: str | None = None, run: str | None = None, native: bool = False, *,
-                         token: str = "", self_node_id: str = "", use_pyspy: bool = True) -> dict[str, Any]:
+                         token: str = "", self_node_id: str = "", use_pyspy: bool = True,
+                         use_thread: bool = True) -> dict[str, Any]:
     """The /api/v1/stacks answer (see docs/hangs.md for the shape)."""
     start = time.monotonic()
     # Train's state actor (when there is one) is asked while the agents dump: each agent
@@ -76,12 +77,12 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
             return
         try:
             workers.extend(await node.node_stacks(self_node_id, str(own.get("node_ip")), job=job, run=run,
-                                                  native=native, use_pyspy=use_pyspy))
+                                                  native=native, use_pyspy=use_pyspy, use_thread=use_thread))
         except Exception as exc:
             errors.append({"node_id": self_node_id, "error": str(exc) or type(exc).__name__})
 
     async def other_nodes() -> None:
-        answers, failed = await dial.ask_agents("/api/v1/node/stacks", _query(None, job, run, native, use_pyspy),
+        answers, failed = await dial.ask_agents("/api/v1/node/stacks", _query(None, job, run, native, use_pyspy, use_thread),
                                                 token=token, skip_node_id=self_node_id, timeout_s=AGENT_TIMEOUT_S)
         for body in answers:
             workers.extend(body.get("workers") or [] if isinstance(body, dict) else [])

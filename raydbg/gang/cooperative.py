@@ -1,6 +1,15 @@
-"""Cooperative stacks for when py-spy cannot attach: a signal makes the worker dump its own threads.
+"""Cooperative stacks: raydbg-activated workers dump their own threads, no ptrace.
 
-Worker side (`install`, at worker setup, costs one open file and two handlers):
+The first way, asked first (`listen` / `ask`): a daemon thread of the worker ("raydbg-stacks")
+blocks reading a FIFO `<pid>-<start>.req` in the private stacks dir; a byte written there
+wakes it, it writes `snapshot()` as JSON to `<pid>-<start>.json` (temp name, then rename).
+It needs the GIL only for the snapshot, so it answers while the main thread sits in C (Ray's
+task loop, a collective that released the GIL), where a signal's Python handler would wait.
+A worker without the thread (not activated, or it died: opening the FIFO fails with ENXIO)
+is left to py-spy.
+
+The fallback, when py-spy fails too (no ptrace rights): a signal. Worker side (`install`,
+at worker setup, costs one open file and two handlers):
 SIGUSR2 (unused by Ray workers; Tune owns SIGUSR1, Ray's dashboard agent uses SIGUSR2
 in its own process only) triggers two writers:
   1. faulthandler, from C inside the signal handler: every thread's Python stack as text,
@@ -23,6 +32,7 @@ import json
 import os
 import re
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -33,7 +43,9 @@ from typing import Any
 from raydbg.gang.frames import Frame, looks_idle
 
 SIGNUM = signal.SIGUSR2
+THREAD_NAME = "raydbg-stacks"
 _installed: dict[str, Any] = {}
+_listening: dict[str, Any] = {}
 
 
 def stacks_dir() -> Path:
@@ -51,6 +63,10 @@ def start_ticks(pid: int) -> str:
 def _paths(pid: int, base: Path | None = None) -> tuple[Path, Path]:
     stem = (base or stacks_dir()) / f"{pid}-{start_ticks(pid)}"
     return stem.with_suffix(".txt"), stem.with_suffix(".json")
+
+
+def _request_path(pid: int, base: Path | None = None) -> Path:
+    return _paths(pid, base)[0].with_suffix(".req")
 
 
 # --- worker side ------------------------------------------------------------------
@@ -76,6 +92,34 @@ def install() -> bool:
     return True
 
 
+def listen() -> bool:
+    """Start this process's stacks thread (idempotent); OSError if its FIFO cannot be made."""
+    if _listening:
+        return True
+    fifo = _request_path(os.getpid())
+    try:
+        os.unlink(fifo)  # an earlier process's: not ours
+    except FileNotFoundError:
+        pass
+    os.mkfifo(fifo, 0o600)
+    # Read and write: the open never blocks, and the read never sees EOF between requests.
+    fd = os.open(fifo, os.O_RDWR | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    threading.Thread(target=_answer_requests, args=(fd,), name=THREAD_NAME, daemon=True).start()
+    _listening.update(fd=fd, path=str(fifo))
+    return True
+
+
+def _answer_requests(fd: int) -> None:
+    """The stacks thread: blocked in read (no CPU, no GIL) until a request comes."""
+    while True:
+        try:
+            if not os.read(fd, 64):
+                return
+        except OSError:
+            return
+        _write_snapshot(None, skip_self=True)
+
+
 def uninstall() -> None:
     """Undo install() (tests and the overhead benchmark toggle it)."""
     if not _installed:
@@ -90,31 +134,41 @@ def uninstall() -> None:
     _installed.clear()
 
 
-def snapshot(interrupted: Any = None) -> dict[str, Any]:
+def snapshot(interrupted: Any = None, skip_self: bool = False) -> dict[str, Any]:
     """Every thread of this process: id, name, paused by raydbg, frames innermost first.
 
-    `interrupted`: the frame a signal handler interrupted, for the calling thread's stack.
+    `interrupted`: the frame a signal handler interrupted, for the calling thread's stack;
+    `skip_self`: leave the calling thread out (the stacks thread, taking the snapshot).
     """
     paused: set[int] = set()
     debugger = sys.modules.get("raydbg.worker.debugger")
     if debugger is not None:
         paused = set(getattr(debugger, "_paused_threads", ()))
-    names = {t.ident: t.name for t in threading.enumerate()}
+    known = {t.ident: t for t in threading.enumerate()}
     me = threading.get_ident()
     threads = []
     for ident, top in sys._current_frames().items():
+        if ident == me and skip_self:
+            continue
         frames: list[Frame] = []
         frame = (interrupted or top.f_back) if ident == me else top  # not our own frames
         while frame is not None:
-            frames.append({"function": frame.f_code.co_name, "file": frame.f_code.co_filename,
+            code = frame.f_code  # the qualified name, as py-spy gives it (Class.method)
+            frames.append({"function": getattr(code, "co_qualname", code.co_name), "file": code.co_filename,
                            "line": frame.f_lineno})
             frame = frame.f_back
-        threads.append({"thread_id": ident, "name": names.get(ident, f"Thread-{ident}"),
+        thread = known.get(ident)
+        threads.append({"thread_id": ident, "native_id": getattr(thread, "native_id", None),
+                        "name": thread.name if thread else f"Thread-{ident}",
                         "paused": ident in paused, "idle": looks_idle(frames), "frames": frames})
     return {"pid": os.getpid(), "ts": time.time(), "threads": threads}
 
 
 def _on_signal(signum: int, frame: Any) -> None:
+    _write_snapshot(frame)
+
+
+def _write_snapshot(interrupted: Any, skip_self: bool = False) -> None:
     try:
         _, final = _paths(os.getpid())
         tmp = final.with_suffix(f".tmp{threading.get_ident()}")
@@ -122,7 +176,7 @@ def _on_signal(signum: int, frame: Any) -> None:
 
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with os.fdopen(fd, "w") as fh:
-            json.dump(snapshot(frame), fh)
+            json.dump(snapshot(interrupted, skip_self), fh)
         os.replace(tmp, final)
     except Exception:
         pass  # a stack request must never disturb the worker
@@ -166,6 +220,50 @@ def available(pid: int, base: Path | None = None) -> bool:
         return text.exists() and catches_signal(pid)
     except OSError:
         return False
+
+
+def listening(pid: int, base: Path | None = None) -> bool:
+    """Worker `pid` has made its stacks FIFO (whether its thread still reads it, `ask` finds out)."""
+    try:
+        return _request_path(pid, base).exists()
+    except OSError:
+        return False
+
+
+async def ask(pid: int, timeout: float = 2.0, base: Path | None = None) -> list[dict[str, Any]]:
+    """Worker `pid`'s threads from its stacks thread (no signal, no ptrace stop).
+
+    Raises StackError when it has no stacks thread or none answered within `timeout`.
+    """
+    from raydbg.gang.pyspy import StackError
+
+    try:
+        fifo = _request_path(pid, base)
+        final = fifo.with_suffix(".json")
+        fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError as exc:  # ENXIO: nobody reads it (the worker is gone); ENOENT: never made
+        raise StackError(f"pid {pid} has no raydbg stacks thread ({exc.strerror})") from None
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            raise StackError(f"pid {pid}: {fifo} is not a FIFO")
+        try:
+            os.unlink(final)  # an earlier answer; a concurrent asker's answer is the next one
+        except FileNotFoundError:
+            pass
+        os.write(fd, b"?")
+    finally:
+        os.close(fd)
+    start, pause = time.monotonic(), 0.001
+    while time.monotonic() - start < timeout:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.02)
+        try:
+            return list(json.loads(final.read_text())["threads"])
+        except FileNotFoundError:
+            continue
+        except (ValueError, KeyError, OSError):
+            continue  # replaced mid-read: try again
+    raise StackError(f"pid {pid}'s stacks thread did not answer within {timeout:g}s")
 
 
 async def request(pid: int, timeout: float = 3.0, grace: float = 0.25,
@@ -232,10 +330,12 @@ def prune(base: Path | None = None) -> int:
 
 
 def worker_setup() -> None:
-    """Called from the worker hook: install unless RAYDBG_STACKS_COOPERATIVE=0; never raises."""
+    """Called from the worker hook: the stacks thread and the signal handlers, unless
+    RAYDBG_STACKS_COOPERATIVE=0; never raises."""
     if os.environ.get("RAYDBG_STACKS_COOPERATIVE", "1") == "0":
         return
-    try:
-        install()
-    except Exception:
-        pass  # no fallback stacks for this worker; py-spy still works where ptrace does
+    for start in (listen, install):
+        try:
+            start()
+        except Exception:
+            pass  # no cooperative stacks this way; py-spy still works where ptrace does

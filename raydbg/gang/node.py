@@ -1,9 +1,12 @@
 """One node's WorkerStacks: identify the Ray workers here, then dump them in parallel.
 
-py-spy first (unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in
-the request), the cooperative signal handler of raydbg-activated workers when py-spy
-fails (no ptrace rights: then `pyspy_error` says why) or is off. A worker whose stacks
-cannot be taken carries an `error`; it never fails the node's answer.
+A raydbg-activated worker is asked through its stacks thread first (cooperative.ask: no
+ptrace stop, no process started; all at once), unless the request wants native frames or
+cooperative=False. py-spy for the others, and for a worker whose thread did not answer
+(unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in the request),
+16 at a time. The cooperative signal handler when py-spy fails (no ptrace rights: then
+`pyspy_error` says why) or is off. A worker whose stacks cannot be taken carries an
+`error`; it never fails the node's answer.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 from raydbg.gang import cooperative, pyspy, worker_labels
 
 PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
+THREAD_TIMEOUT_S = 1.0  # a stacks thread that needs longer (its GIL held in C): py-spy instead
 
 
 def pyspy_enabled() -> bool:
@@ -28,20 +32,30 @@ def mark_paused(threads: list[dict[str, Any]], paused_ids: list[Any]) -> None:
 
 
 async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
-                        timeout: float = pyspy.DEFAULT_TIMEOUT_S) -> dict[str, Any]:
+                        timeout: float = pyspy.DEFAULT_TIMEOUT_S, *, use_thread: bool = True,
+                        pyspy_slots: asyncio.Semaphore | None = None) -> dict[str, Any]:
     """Fill `w` (an identity) with threads and source; `error` when no source worked."""
-    errors = []
-    if use_pyspy:
+    errors: list[str] = []
+    pyspy_error: str | None = None
+    pid = int(w["pid"])
+    if use_thread and not native and cooperative.listening(pid):
         try:
-            w["threads"], w["source"] = await pyspy.dump(int(w["pid"]), native, timeout), "py-spy"
+            threads = await cooperative.ask(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
+            w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", "thread"
         except pyspy.StackError as exc:
             errors.append(str(exc))
+    if use_pyspy and "threads" not in w:
+        try:
+            async with pyspy_slots or asyncio.Semaphore(1):
+                w["threads"], w["source"] = await pyspy.dump(pid, native, timeout), "py-spy"
+        except pyspy.StackError as exc:
+            errors.append(pyspy_error := str(exc))
     if "threads" not in w:
         try:
-            threads, how = await cooperative.request(int(w["pid"]), timeout=min(timeout, 3.0))
+            threads, how = await cooperative.request(pid, timeout=min(timeout, 3.0))
             w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", how
-            if errors:
-                w["pyspy_error"] = errors[0]  # why the fallback answered (e.g. no ptrace rights)
+            if pyspy_error:
+                w["pyspy_error"] = pyspy_error  # why the fallback answered (e.g. no ptrace rights)
         except (pyspy.StackError, OSError) as exc:
             errors.append(str(exc))
     if "threads" not in w:
@@ -53,6 +67,7 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
 
 async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = None, job: str | None = None,
                       run: str | None = None, native: bool = False, use_pyspy: bool = True,
+                      use_thread: bool = True,
                       labels: dict[int, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     """WorkerStacks of this node's Ray workers (filtered by pids, job and run before any dump)."""
     ids: list[dict[str, Any]] = await asyncio.to_thread(worker_labels.node_workers, node_id, node_ip, pids,
@@ -64,13 +79,9 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
     if run is not None:
         ids = [w for w in ids if run in (w.get("train_run"), w.get("train_run_id"))]
     ids = [w for w in ids if w.get("task_name") is not None or w.get("actor_id")]  # not idle workers
-    sem = asyncio.Semaphore(PARALLEL)
+    slots = asyncio.Semaphore(PARALLEL)
     use_pyspy = use_pyspy and pyspy_enabled()
-
-    async def one(w: dict[str, Any]) -> dict[str, Any]:
-        async with sem:
-            return await worker_stacks(w, native, use_pyspy)
-
-    out = list(await asyncio.gather(*(one(w) for w in ids)))
+    out = list(await asyncio.gather(*(worker_stacks(w, native, use_pyspy, use_thread=use_thread, pyspy_slots=slots)
+                                      for w in ids)))
     await asyncio.to_thread(cooperative.prune)  # files of workers that died since the last request
     return out

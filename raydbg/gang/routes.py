@@ -1,7 +1,8 @@
 """The gang feature's HTTP routes on every agent: stacks, progress, continue and pause groups; the gateway's hang detector.
 
-  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1   this node's WorkerStacks
-  GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1                 the whole cluster, grouped (gateway)
+  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1   this node's WorkerStacks
+  GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1                 the whole cluster, grouped (gateway)
+       (thread=0: activated workers' stacks threads not asked, py-spy for every worker)
   POST /api/v1/sessions/{id}/continue   resume one paused session (waiting or attached)
   POST /api/v1/groups/{group}/continue  resume every rank of a pause-all group
   POST /api/v1/continue                 {"job": ID} or {"all": true}: resume every paused session of the job (or all)
@@ -83,14 +84,15 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
         workers = await node.node_stacks(
             agent.node_id, agent.node_ip, pids=pids, job=request.query.get("job") or None,
             run=request.query.get("run") or None,
-            native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True))
+            native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True),
+            use_thread=_flag(request, "thread", True))
         return web.json_response({"node_id": agent.node_id, "workers": workers})
 
     async def cluster_stacks(request: web.Request) -> web.Response:
         answer = await collect.cluster_stacks(
             job=request.query.get("job") or None, run=request.query.get("run") or None,
             native=_flag(request, "native", False), token=agent.token, self_node_id=agent.node_id,
-            use_pyspy=_flag(request, "pyspy", True))
+            use_pyspy=_flag(request, "pyspy", True), use_thread=_flag(request, "thread", True))
         return web.json_response(answer)
 
     out = [web.get("/api/v1/node/stacks", node_stacks)]

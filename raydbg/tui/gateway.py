@@ -31,10 +31,10 @@ class HttpGateway(Gateway):
     """``raydbg.client.Gateway`` (every endpoint, breakpoints included) plus the DAP relay as a byte stream."""
 
     async def stacks(self, job: str | None = None, run: str | None = None, native: bool = False,
-                     pyspy: bool = True, timeout: float = 60.0) -> dict[str, Any]:
+                     pyspy: bool = True, timeout: float = 60.0, thread: bool = True) -> dict[str, Any]:
         # Only the default differs: the TUI's stacks are fetched in the background, and it
         # waits 60 s for them where a CLI command waits 30.
-        return await super().stacks(job, run, native, pyspy, timeout)
+        return await super().stacks(job, run, native, pyspy, timeout, thread)
 
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]:
         try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 import time
 from typing import Any
 
@@ -73,6 +74,30 @@ def test_the_job_brings_the_agents_monitor_stacks_and_hang_detection_up() -> Non
              if e.get("kind") == "hang" and (e.get("details") or {}).get("job_id") == job]))
         assert hangs[0]["details"]["stalled_for_s"] >= HANG_AFTER_S
         ray.cancel(ref, force=True)
+
+
+def _waiting_for_go(thread: threading.Thread) -> bool:
+    """The driver's agent-start thread is still waiting for its first result (or the bound)."""
+    frame = sys._current_frames().get(thread.ident or 0)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return "_ensure_all_quietly" in names and "wait" in names and "start_missing_agents" not in names
+
+
+def test_the_agents_start_once_the_driver_has_its_first_result(monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.agent_host import lifecycle
+
+    monkeypatch.setattr(lifecycle, "START_AFTER_S", 120.0)  # only the first result can start them
+    with Cluster(num_cpus=2) as c:
+        (start,) = [t for t in threading.enumerate() if t.name == "raydbg-start-agents" and t.is_alive()]
+        time.sleep(1.0)
+        assert _waiting_for_go(start) and _status(c) is None  # connected, no result yet: nothing started
+        assert ray.get(ray.remote(lambda: 1).remote(), timeout=60) == 1
+        _wait("the start thread still waiting after the first result", 5, lambda: not _waiting_for_go(start))
+        status = _wait("no agent registered after the first result", 60, lambda: _status(c))
+        assert status["agents"][0]["is_head"]
 
 
 def test_with_agents_off_nothing_starts_until_raydbg_up() -> None:

@@ -157,7 +157,9 @@ def check_answer(answer: dict[str, Any], source: str) -> None:
 
 def test_stacks_name_the_odd_rank(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
     answer = wait_settled(cluster)
-    check_answer(answer, "py-spy")
+    check_answer(answer, "cooperative")  # activated Train workers: from their stacks thread
+    assert {w["cooperative_format"] for w in answer["workers"]} == {"thread"}
+    check_answer(wait_settled(cluster, "--pyspy"), "py-spy")  # and the same through py-spy
     # The readable report says the same in two lines.
     out = cluster.cli("stacks", "--run", RUN, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -172,8 +174,8 @@ def test_pyspy_denied_falls_back_by_itself_with_the_same_labels(cluster: Cluster
                                                                 deny: Path) -> None:
     deny.touch()
     try:
-        answer = wait_settled(cluster)  # no flag: py-spy is tried and refused
-        text = cluster.cli("stacks", "--run", RUN, timeout=120)
+        answer = wait_settled(cluster, "--pyspy")  # py-spy is tried (not the stacks thread) and refused
+        text = cluster.cli("stacks", "--run", RUN, "--pyspy", timeout=120)
     finally:
         deny.unlink()
     assert text.returncode == 0, text.stderr
