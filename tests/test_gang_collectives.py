@@ -50,6 +50,14 @@ def test_the_rank_behind_is_named_with_the_collective_the_others_wait_in() -> No
                                            "(rank(s) 0, 1, 3 wait in it)")
 
 
+def test_a_rank_in_the_group_with_no_collective_yet_is_behind_in_the_world_group() -> None:
+    views = {r: collectives.rank_view(dump(entry(1, retired=False)), NOW) for r in (0, 2)}
+    views[1] = collectives.rank_view(dump(), NOW)  # stuck before its first collective
+    assert views[1] == {}
+    (found,) = collectives.disagreement(views)
+    assert (found["seq"], found["behind"], found["waiting"]) == (1, [1], [0, 2])
+
+
 def test_agreeing_ranks_and_groups_apart() -> None:
     same = {r: collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp")), NOW) for r in range(4)}
     assert collectives.disagreement(same) == []

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raydbg.gang import collectives
 from raydbg.gang.frames import collective_frame, paused_at, short_name, summary, user_frames
 
 Worker = dict[str, Any]
@@ -145,8 +146,11 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
                 "session_ids": list(w.get("session_ids") or []),
                 "class_id": cid,
                 "last_progress_s": None if ts is None else max(0.0, now - ts),
+                "collectives": _last_collectives(w.get("collectives")),
             })
         sizes = [int(w["world_size"]) for w in members if w.get("world_size")]
+        views = {int(w["world_rank"]): w["collectives"] for w in members if w.get("collectives") is not None}
+        disagree = collectives.disagreement(views)
         out.append({
             "run": run,
             "job_id": job_id,
@@ -155,5 +159,16 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
             "held_by": paused,
             "waiting": waiting,
             "not_waiting": not_waiting,
+            # From Flight Recorder (ranks without it left out): where the ranks disagree, who is behind.
+            "collectives_seen": sorted(views),
+            "disagreement": disagree,
+            "culprits": collectives.culprits(disagree),
         })
     return out
+
+
+def _last_collectives(view: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A rank's last started and completed collective per group (its view less the recent list)."""
+    if view is None:
+        return None
+    return {group: {"started": g.get("started"), "completed": g.get("completed")} for group, g in view.items()}

@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from typing import Any
 
 RECENT = 8  # entries per group kept in a view: enough to name what the waiting ranks are in
+WORLD_GROUP = "default_pg"  # torch's name for the group of every rank
+NOT_STARTED: dict[str, Any] = {"started": {"seq": 0, "op": None, "sizes": None}, "completed": None, "recent": []}
 
 
 def _op(entry: Mapping[str, Any]) -> str:
@@ -67,12 +69,17 @@ def _signature(brief: Mapping[str, Any]) -> tuple[str, str]:
 def disagreement(views: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Per process group where the ranks of a run disagree: what, and who is behind.
 
-    `views`: world rank -> rank_view (ranks with no view are left out: Flight Recorder off).
+    `views`: world rank -> rank_view (an empty view: in a group, no collective yet; ranks with
+    no view are left out: Flight Recorder off there).
     """
     groups: dict[str, dict[int, Mapping[str, Any]]] = {}
     for rank, view in views.items():
         for name, g in view.items():
             groups.setdefault(name, {})[rank] = g
+    world = groups.get(WORLD_GROUP)
+    if world is not None:  # every rank is in the world group: one with no entry there has started none
+        for rank in views:
+            world.setdefault(rank, NOT_STARTED)
     out = []
     for name, members in sorted(groups.items()):
         started = {rank: int(g["started"]["seq"]) for rank, g in members.items()}

@@ -20,13 +20,14 @@ from aiohttp import web
 
 from raydbg import registry, telemetry
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, hang, stragglers
+from raydbg.gang import collect, collectives, hang, stragglers
 from raydbg.worker import resume
 
 log = logging.getLogger("raydbg.agent")
 
 HANGS = telemetry.counter("raydbg.gang.hangs", "{run}", "Runs that made no progress for RAYDBG_HANG_AFTER_S")
 STRAGGLERS = telemetry.counter("raydbg.gang.stragglers", "{rank}", "Ranks that worked longer than the others, step after step")
+STRAGGLER_SAMPLES = 10  # stack samples at most, to catch the straggler at its own work
 STRAGGLER_CHECK_S = 1.0  # a straggler is judged over its last steps: look often, it costs one merge
 
 
@@ -66,10 +67,23 @@ async def record(server: AgentServer, found: dict[str, Any]) -> dict[str, Any]:
                         stalled_for_s=found["stalled_for_s"]):
         stacks = await stacks_for(server, found["job_id"], found.get("train_run"))
         HANGS.add(1, train="yes" if found.get("train_run") else "no")
-        details = dict(found, **stacks)
-        event = await asyncio.to_thread(lambda: registry.record_event("hang", hang.message(found), **details))
-    log.warning("raydbg: %s", hang.message(found))
+        details = dict(found, **stacks, **culprits_of(stacks, found.get("train_run")))
+        text = hang.message(found) + "".join(f"; {collectives.describe(d)}" for d in details["disagreement"])
+        event = await asyncio.to_thread(lambda: registry.record_event("hang", text, **details))
+    log.warning("raydbg: %s", text)
     return dict(event)
+
+
+def culprits_of(stacks: dict[str, Any], train_run: str | None) -> dict[str, Any]:
+    """From the run's Flight Recorder reading: the ranks the others wait for, with their stack class."""
+    run = next((r for r in stacks.get("runs") or [] if train_run and r.get("run") == train_run), None)
+    if run is None:
+        return {"disagreement": [], "culprits": []}
+    by_rank = {r["world_rank"]: r for r in run["ranks"]}
+    named = [{"world_rank": rank, "node_id": by_rank.get(rank, {}).get("node_id"),
+              "pid": by_rank.get(rank, {}).get("pid"),
+              "stack_class": class_of(stacks, by_rank.get(rank, {}).get("pid"))} for rank in run["culprits"]]
+    return {"disagreement": run["disagreement"], "culprits": named}
 
 
 def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:
@@ -80,12 +94,25 @@ def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:
     return None
 
 
+async def straggler_class(server: AgentServer, found: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
+    """The straggler's stack class, sampled until it is alone in it: at work while the others wait
+    (each step it also spends a moment in the sync point with them). Errors of the last sample."""
+    klass, errors = None, []
+    for _ in range(STRAGGLER_SAMPLES):
+        stacks = await stacks_for(server, found["job_id"], found["train_run"])
+        klass, errors = class_of(stacks, found.get("pid")), stacks["errors"]
+        if klass is not None and klass["count"] == 1:
+            break
+        await asyncio.sleep(0.1)
+    return klass, errors
+
+
 async def record_straggler(server: AgentServer, found: dict[str, Any]) -> dict[str, Any]:
     with telemetry.span("raydbg.gang.straggler", job_id=found["job_id"], train_run=found["train_run"],
                         world_rank=found["world_rank"]):
-        stacks = await stacks_for(server, found["job_id"], found["train_run"])
+        klass, errors = await straggler_class(server, found)
         STRAGGLERS.add(1)
-        details = dict(found, stack_class=class_of(stacks, found.get("pid")), errors=stacks["errors"])
+        details = dict(found, stack_class=klass, errors=errors)
         event = await asyncio.to_thread(
             lambda: registry.record_event("straggler", stragglers.message(found), **details))
     log.warning("raydbg: %s", stragglers.message(found))

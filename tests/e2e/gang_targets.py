@@ -69,10 +69,11 @@ def all_ranks_pause(config: dict[str, Any]) -> None:
 
 
 def stuck_rank(config: dict[str, Any]) -> None:
-    """Rank 1 is stuck (as in a data loader) until a file appears; rank 0 waits in all_reduce."""
+    """Rank `stuck` (default 1) is stuck (as in a data loader) until a file appears; the others
+    wait in the all_reduce it has not reached."""
     import ray.train
 
-    if _rank() == 1:
+    if _rank() == int(config.get("stuck", 1)):
         release = Path(config["release"])
         while not release.exists():
             time.sleep(0.2)  # BP:gang_stuck
