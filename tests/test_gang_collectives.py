@@ -122,3 +122,46 @@ def test_real_gloo_ranks_one_skips_a_collective(tmp_path: Path) -> None:
     assert (found["behind"], found["seq"], found["collective"]["op"]) == ([2], 2, "all_reduce")
     assert found["waiting"] == [0, 1]  # entered, not completed: gloo's entries stay `scheduled`
     assert views[2]["default_pg"]["completed"]["seq"] == 1
+
+
+LISTENING_RANK = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, {repo!r})
+    from raydbg.worker.train import enable_flight_recorder
+    enable_flight_recorder()  # as in a Train worker, before the group exists
+    import torch, torch.distributed as dist
+    from raydbg.gang import cooperative
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    cooperative.listen()
+    print("ready", flush=True)
+    time.sleep(300)
+""")
+
+
+def test_a_ranks_stacks_thread_answers_with_its_collectives(tmp_path: Path) -> None:
+    import asyncio
+
+    from raydbg.gang import cooperative
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "RAYDBG_STACKS_DIR": str(tmp_path)}
+    env.pop("TORCH_FR_BUFFER_SIZE", None)
+    proc = subprocess.Popen([sys.executable, "-c", LISTENING_RANK.format(repo=repo)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        os.environ["RAYDBG_STACKS_DIR"] = str(tmp_path)
+        try:
+            snap = asyncio.run(cooperative.ask_snapshot(proc.pid, timeout=30))
+        finally:
+            del os.environ["RAYDBG_STACKS_DIR"]
+    finally:
+        proc.kill()
+        proc.wait()
+    g = snap["collectives"]["default_pg"]
+    assert (g["started"]["seq"], g["started"]["op"], g["started"]["sizes"]) == (2, "broadcast", [[3]])
+    assert g["completed"]["seq"] == 2 and [b["op"] for b in g["recent"]] == ["all_reduce", "broadcast"]

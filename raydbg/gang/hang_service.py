@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ log = logging.getLogger("raydbg.agent")
 
 HANGS = telemetry.counter("raydbg.gang.hangs", "{run}", "Runs that made no progress for RAYDBG_HANG_AFTER_S")
 STRAGGLERS = telemetry.counter("raydbg.gang.stragglers", "{rank}", "Ranks that worked longer than the others, step after step")
-STRAGGLER_SAMPLES = 10  # stack samples at most, to catch the straggler at its own work
+STRAGGLER_SAMPLES = 20  # stack samples at most, to catch the straggler at its own work
 STRAGGLER_CHECK_S = 1.0  # a straggler is judged over its last steps: look often, it costs one merge
 
 
@@ -97,13 +98,15 @@ def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:
 async def straggler_class(server: AgentServer, found: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
     """The straggler's stack class, sampled until it is alone in it: at work while the others wait
     (each step it also spends a moment in the sync point with them). Errors of the last sample."""
+    # The straggler is alone only for its extra time each step: samples half of that apart.
+    extra = statistics.median(found["busy_s"]) - statistics.median(found["others_median_s"])
     klass, errors = None, []
     for _ in range(STRAGGLER_SAMPLES):
         stacks = await stacks_for(server, found["job_id"], found["train_run"])
         klass, errors = class_of(stacks, found.get("pid")), stacks["errors"]
         if klass is not None and klass["count"] == 1:
             break
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(max(0.02, extra / 2))
     return klass, errors
 
 
