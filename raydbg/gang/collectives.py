@@ -88,7 +88,8 @@ def disagreement(views: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]
             first = low + 1
             ahead = sorted(r for r, s in started.items() if s >= first)
             # What the ranks ahead entered at `first` (from their newest entries).
-            waited = next((b for r in ahead for b in members[r]["recent"] if b["seq"] == first), None)
+            waited = next((b for r in ahead for b in [members[r]["started"], *(members[r].get("recent") or [])]
+                           if b["seq"] == first), None)
             out.append({"group": name, "kind": "not_reached", "seq": first, "collective": waited,
                         "behind": sorted(r for r, s in started.items() if s < first),
                         "waiting": [r for r in ahead if _waits(members[r])],
