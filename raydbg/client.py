@@ -248,6 +248,11 @@ class Gateway:
             q["thread"] = "0"
         return dict(await self.get("/api/v1/stacks?" + urlencode(q), timeout=timeout))
 
+    async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
+        """Per Train run, each rank's recent step times and who straggles (docs/hangs.md)."""
+        q = {k: v for k, v in (("job", job), ("run", run)) if v}
+        return dict(await self.get("/api/v1/steps" + (f"?{urlencode(q)}" if q else "")))
+
     async def breakpoints(self, job: str | None = None) -> list[dict[str, Any]]:
         """Armed breakpoints (with `job`: that job's and every job's)."""
         answer = await self.get("/api/v1/breakpoints" + (f"?{urlencode({'job': job})}" if job else ""))

@@ -14,6 +14,7 @@ import json
 import os
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from raydbg.private_dir import UnsafeDirError, open_private, private_dir
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the previous one
 IDENTITY_RETRY_S = 10.0  # a worker that beat before its Train context existed looks again
+RECENT_STEPS = 8  # step times kept in the record: what straggler detection looks back over
 
 
 def progress_dir() -> Path:
@@ -50,7 +52,15 @@ def _identity() -> dict[str, Any]:
 
 
 class Beat:
-    """This process's progress record, opened on the first beat and kept open."""
+    """This process's progress record, opened on the first beat and kept open.
+
+    Each beat also records the step's work time: from the end of the previous beat's sync
+    point (`resumed`, called when `ray.train.report` returns; the beat itself for `raydbg.progress()`)
+    to this beat. In lock-step training every rank's beat-to-beat time is the same (the fast
+    ranks wait in the report's barrier), so the wall time between beats cannot show a
+    straggler; the time worked before arriving can. The time spent in the sync point itself
+    is kept as `wait_s`.
+    """
 
     def __init__(self) -> None:
         self._fd: int | None = None
@@ -60,6 +70,10 @@ class Beat:
         self._train = False
         self.steps = 0
         self._lock = threading.Lock()
+        self._resumed_at: float | None = None  # when the last sync point returned
+        self._arrived_at: float | None = None
+        self._busy: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._wait: deque[float] = deque(maxlen=RECENT_STEPS)
 
     def _ensure(self, now: float) -> int:
         if self._fd is None or self._pid != os.getpid():
@@ -73,14 +87,36 @@ class Beat:
             self._static = json.dumps(ident)[1:-1]
         return self._fd
 
-    def beat(self, step: int | None = None, source: str = "progress") -> None:
+    def beat(self, step: int | None = None, source: str = "progress", sync: bool = False,
+             timed: bool = True) -> None:
+        """`sync`: this beat arrives at a sync point whose return the caller marks with `resumed`;
+        `timed=False`: not the end of a step (a Train group's setup), so no step time is kept."""
         now = time.time()
         with self._lock:
             fd = self._ensure(now)
             self.steps = self.steps + 1 if step is None else int(step)
-            data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {self._static}}}'
+            if not timed:
+                self._resumed_at = self._arrived_at = None  # the first step's time starts after it
+            elif self._resumed_at is not None:
+                self._busy.append(round(now - self._resumed_at, 4))
+            if timed:
+                self._arrived_at = now if sync else None
+                self._resumed_at = None if sync else now
+            times = f'"busy_s": {list(self._busy)}, "wait_s": {list(self._wait)}'
+            data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {times}, {self._static}}}'
+            if len(data) > RECORD_SIZE:  # never cut the identity: drop the step times instead
+                data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {self._static}}}'
             # One write of the whole block: a reader racing it gets bad JSON and skips it once.
             os.pwrite(fd, data.encode()[:RECORD_SIZE].ljust(RECORD_SIZE), 0)
+
+    def resumed(self) -> None:
+        """The sync point the last beat arrived at returned: the next step's work starts now."""
+        now = time.time()
+        with self._lock:
+            if self._arrived_at is not None:
+                self._wait.append(round(now - self._arrived_at, 4))
+                self._arrived_at = None
+            self._resumed_at = now
 
     def done(self) -> None:
         """The work this record tracked ended (the Train run shut down): no more a candidate."""
@@ -97,12 +133,17 @@ class Beat:
 _beat = Beat()
 
 
-def beat(step: int | None = None, source: str = "progress") -> None:
+def beat(step: int | None = None, source: str = "progress", sync: bool = False, timed: bool = True) -> None:
     """Record that this process made progress now; never raises into the caller's step."""
     try:
-        _beat.beat(step, source)
+        _beat.beat(step, source, sync, timed)
     except (OSError, UnsafeDirError, ValueError):
         pass
+
+
+def resumed() -> None:
+    """After the sync point of a beat (a Train report) returned: see Beat."""
+    _beat.resumed()
 
 
 def done() -> None:

@@ -50,18 +50,24 @@ def test_wrapped_pg_setup_raises_timeout_and_keeps_pickle_identity() -> None:
     assert after[0]["world_rank"] == 1
 
 
-def test_report_wrapper_calls_before() -> None:
+def test_report_wrapper_calls_before_and_after_even_when_it_raises() -> None:
     mod = types.ModuleType("fake_fn_utils")
+    calls: list[str] = []
 
     class DistributedTrainFnUtils:
         def report(self, metrics: dict[str, Any]) -> dict[str, Any]:
+            calls.append("report")
+            if metrics.get("fail"):
+                raise RuntimeError("barrier reset")
             return metrics
 
     mod.DistributedTrainFnUtils = DistributedTrainFnUtils  # type: ignore[attr-defined]
-    calls: list[int] = []
-    assert _ray_internals.wrap_train_report(mod, lambda: calls.append(1))
+    assert _ray_internals.wrap_train_report(mod, lambda: calls.append("before"), lambda: calls.append("after"))
     assert DistributedTrainFnUtils().report({"a": 1}) == {"a": 1}
-    assert calls == [1]
+    assert calls == ["before", "report", "after"]
+    with pytest.raises(RuntimeError):
+        DistributedTrainFnUtils().report({"fail": 1})
+    assert calls[3:] == ["before", "report", "after"]
 
 
 def test_post_import_hook_patches_a_module_when_imported(tmp_path: Path) -> None:
@@ -371,3 +377,16 @@ def test_a_hang_event_counts_in_the_hangs_metric(tmp_path: Path) -> None:
     lines = [x for x in out.stdout.splitlines() if x.startswith("raydbg_gang_hangs")]
     assert lines == ['raydbg_gang_hangs_total{train="yes"} 1.0'] or (
         len(lines) == 1 and 'train="yes"' in lines[0] and lines[0].endswith(" 1.0")), out.stdout[-2000:]
+
+
+def test_flight_recorder_on_by_default_users_setting_wins_and_off_switch() -> None:
+    from raydbg.worker.train import enable_flight_recorder
+
+    env: dict[str, str] = {}
+    assert enable_flight_recorder(env) == "2000" and env["TORCH_FR_BUFFER_SIZE"] == "2000"
+    env = {"RAYDBG_FLIGHT_RECORDER": "500"}
+    assert enable_flight_recorder(env) == "500" and env["TORCH_FR_BUFFER_SIZE"] == "500"
+    env = {"TORCH_FR_BUFFER_SIZE": "64", "RAYDBG_FLIGHT_RECORDER": "500"}
+    assert enable_flight_recorder(env) == "64" and env["TORCH_FR_BUFFER_SIZE"] == "64"
+    env = {"RAYDBG_FLIGHT_RECORDER": "0"}
+    assert enable_flight_recorder(env) is None and "TORCH_FR_BUFFER_SIZE" not in env

@@ -19,11 +19,21 @@ class StacksFake(FakeGateway):
         super().__init__()
         self.answer = answer
         self.stack_calls = 0
+        self.steps_answer: dict[str, Any] = {"runs": [], "errors": []}
 
     async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
         self.stack_calls += 1
         self._check()
         return self.answer
+
+    async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
+        self._check()
+        return self.steps_answer
+
+
+def collective(seq: int, done: int | None) -> dict[str, Any]:
+    return {"default_pg": {"started": {"seq": seq, "op": "all_reduce", "sizes": [[4]]},
+                           "completed": None if done is None else {"seq": done, "op": "all_reduce"}}}
 
 
 def answer_of(workers: list[dict[str, Any]]) -> dict[str, Any]:
@@ -87,3 +97,28 @@ async def test_stacks_failure_is_said_and_r_retries() -> None:
         await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 3)  # "all": 3 classes
         await pilot.press("escape")
         await until(pilot, lambda: not isinstance(app.screen, GangScreen))
+
+
+async def test_a_runs_ranks_show_their_collective_and_step_times_the_culprit_and_straggler_marked() -> None:
+    ws = [worker(r, SLEEPING if r == 2 else ALL_REDUCE) for r in range(4)]
+    for r, w in enumerate(ws):
+        w["collectives"] = collective(2, 2) if r == 2 else collective(3, 2)
+    gw = StacksFake(answer_of(ws))
+    steps = [{"world_rank": r, "busy_median_s": 0.4 if r == 2 else 0.1, "wait_median_s": 0.02 if r == 2 else 0.3,
+              "straggler": r == 2} for r in range(4)]
+    gw.steps_answer = {"runs": [{"job_id": "01000000", "train_run": "train-x", "ranks": steps}], "errors": []}
+    app = create_app(gw, refresh=0.05)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+        run_row = table(app, "gang-targets")._rows["run:01000000:train-x"]
+        assert run_row[-1] == "2"  # behind, by Flight Recorder
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: len(table(app, "gang-ranks").row_keys) == 4
+                    and table(app, "gang-ranks")._rows["rank2"][3] != "-")
+        rows = {k: table(app, "gang-ranks")._rows[k] for k in table(app, "gang-ranks").row_keys}
+        assert rows["rank2"] == ("2 · behind", "running", "after all_reduce #2", "0.400", "0.020", "yes")
+        assert rows["rank0"] == ("0", "running", "in all_reduce #3", "0.100", "0.300", "")
+        # Live: new step times show without a key press.
+        steps[0]["busy_median_s"] = 0.25
+        await until(pilot, lambda: table(app, "gang-ranks")._rows["rank0"][3] == "0.250", timeout=10)

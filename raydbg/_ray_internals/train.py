@@ -60,8 +60,9 @@ def wrap_torch_shutdown(module: Any, before: Callable[[], None]) -> bool:
     return True
 
 
-def wrap_train_report(module: Any, before: Callable[[], None]) -> bool:
-    """Call `before()` at every `ray.train.report` of a Train worker."""
+def wrap_train_report(module: Any, before: Callable[[], None], after: Callable[[], None]) -> bool:
+    """Call `before()` at every `ray.train.report` of a Train worker, `after()` once it returned
+    (it waits for every rank: the time in between is the rank's wait for the slowest)."""
     cls = getattr(module, "DistributedTrainFnUtils", None)
     original = getattr(cls, "report", None)
     if cls is None or original is None or getattr(original, "_raydbg", False):
@@ -70,7 +71,10 @@ def wrap_train_report(module: Any, before: Callable[[], None]) -> bool:
     @functools.wraps(original)
     def report(self: Any, *args: Any, **kwargs: Any) -> Any:
         before()
-        return original(self, *args, **kwargs)
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            after()
 
     report._raydbg = True  # type: ignore[attr-defined]
     cls.report = report

@@ -14,6 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from raydbg.gang import collectives
 from raydbg.gang.frames import collective_frame, paused_at, short_name, summary, user_frames
 
 Worker = dict[str, Any]
@@ -113,6 +114,16 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
     for w in workers:
         if w.get("train_run") and w.get("world_rank") is not None:
             by_run.setdefault((str(w.get("job_id") or ""), str(w["train_run"])), []).append(w)
+    # Per distinct stack, once: the ranks of a big run share a few stacks (4,096 ranks, ~1 s less).
+    seen: dict[tuple[Any, ...], tuple[str, bool]] = {}
+
+    def class_and_wait(w: Worker) -> tuple[str, bool]:
+        k = key(w)
+        if k not in seen:
+            frames = (main_thread(w) or {}).get("frames") or []
+            seen[k] = (class_id(k), not k[0] and collective_frame(frames) is not None)
+        return seen[k]
+
     out = []
     for (job_id, run), members in sorted(by_run.items()):
         members = sorted(members, key=lambda w: int(w["world_rank"]))
@@ -122,8 +133,7 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
         not_waiting: list[int] = []
         for w in members:
             rank = int(w["world_rank"])
-            t = main_thread(w) or {}
-            in_coll = not worker_paused(w) and collective_frame(t.get("frames") or []) is not None
+            cid, in_coll = class_and_wait(w)
             (waiting if in_coll else not_waiting).append(rank)
             ts = _progress_ts(progress, w)
             state = "paused" if worker_paused(w) else ("held" if paused else "running")
@@ -134,10 +144,13 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
                 "pid": w.get("pid"),
                 "state": state,
                 "session_ids": list(w.get("session_ids") or []),
-                "class_id": class_id(key(w)),
+                "class_id": cid,
                 "last_progress_s": None if ts is None else max(0.0, now - ts),
+                "collectives": _last_collectives(w.get("collectives")),
             })
         sizes = [int(w["world_size"]) for w in members if w.get("world_size")]
+        views = {int(w["world_rank"]): w["collectives"] for w in members if w.get("collectives") is not None}
+        disagree = collectives.disagreement(views)
         out.append({
             "run": run,
             "job_id": job_id,
@@ -146,5 +159,16 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
             "held_by": paused,
             "waiting": waiting,
             "not_waiting": not_waiting,
+            # From Flight Recorder (ranks without it left out): where the ranks disagree, who is behind.
+            "collectives_seen": sorted(views),
+            "disagreement": disagree,
+            "culprits": collectives.culprits(disagree),
         })
     return out
+
+
+def _last_collectives(view: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A rank's last started and completed collective per group (its view less the recent list)."""
+    if view is None:
+        return None
+    return {group: {"started": g.get("started"), "completed": g.get("completed")} for group, g in view.items()}

@@ -161,7 +161,14 @@ def snapshot(interrupted: Any = None, skip_self: bool = False) -> dict[str, Any]
         threads.append({"thread_id": ident, "native_id": getattr(thread, "native_id", None),
                         "name": thread.name if thread else f"Thread-{ident}",
                         "paused": ident in paused, "idle": looks_idle(frames), "frames": frames})
-    return {"pid": os.getpid(), "ts": time.time(), "threads": threads}
+    out: dict[str, Any] = {"pid": os.getpid(), "ts": time.time(), "threads": threads}
+    if "torch.distributed" in sys.modules:  # a collective-running rank: which collective it is in
+        from raydbg.gang.flight_recorder import local_view
+
+        view = local_view()
+        if view is not None:
+            out["collectives"] = view
+    return out
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -231,7 +238,13 @@ def listening(pid: int, base: Path | None = None) -> bool:
 
 
 async def ask(pid: int, timeout: float = 2.0, base: Path | None = None) -> list[dict[str, Any]]:
-    """Worker `pid`'s threads from its stacks thread (no signal, no ptrace stop).
+    """Worker `pid`'s threads from its stacks thread (see ask_snapshot)."""
+    return list((await ask_snapshot(pid, timeout, base))["threads"])
+
+
+async def ask_snapshot(pid: int, timeout: float = 2.0, base: Path | None = None) -> dict[str, Any]:
+    """Worker `pid`'s snapshot (threads; its collectives if it is a rank) from its stacks thread
+    (no signal, no ptrace stop).
 
     Raises StackError when it has no stacks thread or none answered within `timeout`.
     """
@@ -258,7 +271,9 @@ async def ask(pid: int, timeout: float = 2.0, base: Path | None = None) -> list[
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.02)
         try:
-            return list(json.loads(final.read_text())["threads"])
+            snap = json.loads(final.read_text())
+            if isinstance(snap, dict) and isinstance(snap.get("threads"), list):
+                return snap
         except FileNotFoundError:
             continue
         except (ValueError, KeyError, OSError):

@@ -1,15 +1,19 @@
-"""The hang detector in the gateway agent: every few seconds merge beats and sessions, record hang events.
+"""The hang and straggler detectors in the gateway agent: every few seconds merge beats and sessions, record events.
 
 For each run the decider (raydbg/gang/hang.py) calls hung, once: the run's stacks are
 taken (raydbg.gang.collect.cluster_stacks) and grouped into classes, and a `hang` event
 carries them (`raydbg events`, the TUI's events pane), with an OTel counter and span.
-Nothing is stopped. RAYDBG_HANG_AFTER_S (default 300) sets the threshold.
+For each rank raydbg/gang/stragglers.py finds slower than the others step after step, a
+`straggler` event carries the rank's figures and its stack class, taken then (the
+straggler is at work most of the time; the others wait). Nothing is stopped.
+RAYDBG_HANG_AFTER_S (default 300) sets the hang threshold; RAYDBG_STRAGGLER_* the other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
 from typing import Any
 
@@ -17,12 +21,15 @@ from aiohttp import web
 
 from raydbg import registry, telemetry
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, hang
+from raydbg.gang import collect, collectives, hang, stragglers
 from raydbg.worker import resume
 
 log = logging.getLogger("raydbg.agent")
 
 HANGS = telemetry.counter("raydbg.gang.hangs", "{run}", "Runs that made no progress for RAYDBG_HANG_AFTER_S")
+STRAGGLERS = telemetry.counter("raydbg.gang.stragglers", "{rank}", "Ranks that worked longer than the others, step after step")
+STRAGGLER_SAMPLES = 20  # stack samples at most, to catch the straggler at its own work
+STRAGGLER_CHECK_S = 1.0  # a straggler is judged over its last steps: look often, it costs one merge
 
 
 def _task_running(task_id: str | None) -> bool:
@@ -61,17 +68,66 @@ async def record(server: AgentServer, found: dict[str, Any]) -> dict[str, Any]:
                         stalled_for_s=found["stalled_for_s"]):
         stacks = await stacks_for(server, found["job_id"], found.get("train_run"))
         HANGS.add(1, train="yes" if found.get("train_run") else "no")
-        details = dict(found, **stacks)
-        event = await asyncio.to_thread(lambda: registry.record_event("hang", hang.message(found), **details))
-    log.warning("raydbg: %s", hang.message(found))
+        details = dict(found, **stacks, **culprits_of(stacks, found.get("train_run")))
+        text = hang.message(found) + "".join(f"; {collectives.describe(d)}" for d in details["disagreement"])
+        event = await asyncio.to_thread(lambda: registry.record_event("hang", text, **details))
+    log.warning("raydbg: %s", text)
+    return dict(event)
+
+
+def culprits_of(stacks: dict[str, Any], train_run: str | None) -> dict[str, Any]:
+    """From the run's Flight Recorder reading: the ranks the others wait for, with their stack class."""
+    run = next((r for r in stacks.get("runs") or [] if train_run and r.get("run") == train_run), None)
+    if run is None:
+        return {"disagreement": [], "culprits": []}
+    by_rank = {r["world_rank"]: r for r in run["ranks"]}
+    named = [{"world_rank": rank, "node_id": by_rank.get(rank, {}).get("node_id"),
+              "pid": by_rank.get(rank, {}).get("pid"),
+              "stack_class": class_of(stacks, by_rank.get(rank, {}).get("pid"))} for rank in run["culprits"]]
+    return {"disagreement": run["disagreement"], "culprits": named}
+
+
+def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:
+    """The stack class (id, summary, frames) the worker `pid` is in, if it was dumped."""
+    for c in stacks.get("classes") or []:
+        if any(m.get("pid") == pid for m in c.get("members") or []):
+            return {k: c.get(k) for k in ("id", "summary", "count", "total", "in_collective", "frames")}
+    return None
+
+
+async def straggler_class(server: AgentServer, found: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
+    """The straggler's stack class, sampled until it is alone in it: at work while the others wait
+    (each step it also spends a moment in the sync point with them). Errors of the last sample."""
+    # The straggler is alone only for its extra time each step: samples half of that apart.
+    extra = statistics.median(found["busy_s"]) - statistics.median(found["others_median_s"])
+    klass, errors = None, []
+    for _ in range(STRAGGLER_SAMPLES):
+        stacks = await stacks_for(server, found["job_id"], found["train_run"])
+        klass, errors = class_of(stacks, found.get("pid")), stacks["errors"]
+        if klass is not None and klass["count"] == 1:
+            break
+        await asyncio.sleep(max(0.02, extra / 2))
+    return klass, errors
+
+
+async def record_straggler(server: AgentServer, found: dict[str, Any]) -> dict[str, Any]:
+    with telemetry.span("raydbg.gang.straggler", job_id=found["job_id"], train_run=found["train_run"],
+                        world_rank=found["world_rank"]):
+        klass, errors = await straggler_class(server, found)
+        STRAGGLERS.add(1)
+        details = dict(found, stack_class=klass, errors=errors)
+        event = await asyncio.to_thread(
+            lambda: registry.record_event("straggler", stragglers.message(found), **details))
+    log.warning("raydbg: %s", stragglers.message(found))
     return dict(event)
 
 
 async def run_forever(server: AgentServer, hang_after: float) -> None:
     decider = hang.HangDecider(hang_after)
+    slow = stragglers.StragglerDecider()
     last_prune = 0.0
     while True:
-        await asyncio.sleep(hang.check_every_s(hang_after))
+        await asyncio.sleep(min(hang.check_every_s(hang_after), STRAGGLER_CHECK_S))
         try:
             beats, _ = await collect.merged_progress(server.token, server.node_id)
             sessions = await asyncio.to_thread(registry.sessions)
@@ -79,6 +135,8 @@ async def run_forever(server: AgentServer, hang_after: float) -> None:
             found = await asyncio.to_thread(decider.update, beats, sessions, now, still_running)
             for one in found:
                 await record(server, one)
+            for one in slow.update(beats, sessions):
+                await record_straggler(server, one)
             if now - last_prune > 600:
                 last_prune = now
                 await asyncio.to_thread(resume.prune)

@@ -40,8 +40,10 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
     pid = int(w["pid"])
     if use_thread and not native and cooperative.listening(pid):
         try:
-            threads = await cooperative.ask(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
-            w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", "thread"
+            snap = await cooperative.ask_snapshot(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
+            w["threads"], w["source"], w["cooperative_format"] = snap["threads"], "cooperative", "thread"
+            if snap.get("collectives") is not None:
+                w["collectives"] = snap["collectives"]
         except pyspy.StackError as exc:
             errors.append(str(exc))
     if use_pyspy and "threads" not in w:

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from raydbg.gang import classes, frames
+from raydbg.gang import classes, collectives, frames
 from raydbg.gang.ranks import rank_ranges
 
 
@@ -21,6 +21,12 @@ def _age(seconds: float | None) -> str:
 def _worker_name(w: dict[str, Any]) -> str:
     what = w.get("actor_name") or w.get("task_name") or "?"
     return f"pid {w.get('pid')} {what}"
+
+
+def _collective(brief: dict[str, Any] | None, what: str) -> str:
+    if not brief:
+        return f"{what} none"
+    return f"{what} {brief.get('op')} #{brief.get('seq')} {brief.get('sizes')} ({_age(brief.get('since_s'))})"
 
 
 def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
@@ -40,6 +46,12 @@ def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
     if run["waiting"] and run["not_waiting"]:
         lines.append(f"  in a collective: {_ranks(run['waiting'])}; not: {_ranks(run['not_waiting'])}"
                      " (the ones the others wait for)")
+    for d in run.get("disagreement") or []:
+        lines.append(f"  collectives: {collectives.describe(d)}")
+    for r in run["ranks"]:
+        for group, g in sorted((r.get("collectives") or {}).items()):
+            lines.append(f"  rank {r['world_rank']} {group}: {_collective(g.get('started'), 'in')}, "
+                         f"{_collective(g.get('completed'), 'done')}")
     ages = [r for r in run["ranks"] if r.get("last_progress_s") is not None]
     if ages:
         lines.append("  last step: " + ", ".join(f"rank {r['world_rank']} {_age(r['last_progress_s'])}"

@@ -9,18 +9,20 @@
   GET  /api/v1/groups                   pause groups among the listed sessions
   GET  /api/v1/progress/local           this node's progress beats
   GET  /api/v1/progress                 every node's (gateway only)
+  GET  /api/v1/steps?job=ID&run=NAME    per Train run, each rank's recent step times (gateway only)
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 from aiohttp import web
 
 from raydbg import progress_records, registry, validate
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, hang_service, node, pause
+from raydbg.gang import collect, hang_service, node, pause, stragglers
 from raydbg.worker import resume
 
 
@@ -152,6 +154,14 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
         beats, errors = await collect.merged_progress(agent.token, agent.node_id)
         return web.json_response({"progress": beats, "errors": errors})
 
+    async def steps(request: web.Request) -> web.Response:
+        if not agent.is_head:
+            return web.json_response({"error": "not the gateway"}, status=404)
+        beats, errors = await collect.merged_progress(agent.token, agent.node_id)
+        runs = stragglers.steps_view(beats, time.time(), job=request.query.get("job") or None,
+                                     run=request.query.get("run") or None)
+        return web.json_response({"runs": runs, "errors": errors})
+
     return [
         web.post("/api/v1/sessions/{id}/continue", continue_session),
         web.post("/api/v1/groups/{group}/continue", continue_group),
@@ -159,4 +169,5 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
         web.get("/api/v1/groups", groups),
         web.get("/api/v1/progress/local", progress_local),
         web.get("/api/v1/progress", progress_all),
+        web.get("/api/v1/steps", steps),
     ]

@@ -1,9 +1,12 @@
-"""Gang view: pick a Ray job or Train run, see its stack classes by rank; Enter opens or attaches.
+"""Gang view: pick a Ray job or Train run, see its stack classes and its ranks; Enter opens or attaches.
 
 `g` on the main screen opens it. The top table lists what there is to look at (every
-Train run, every job); the bottom one the chosen target's stack classes, odd ones
-first. Enter on a class attaches to a paused rank in it (the sessions pane's attach
-path: an AttachRequested message) or, when none is paused, shows its full stack.
+Train run, every job; for a run, the ranks the others wait for by Flight Recorder);
+the middle one the chosen target's stack classes, odd ones first. Enter on a class
+attaches to a paused rank in it (the sessions pane's attach path: an AttachRequested
+message) or, when none is paused, shows its full stack. For a run, the bottom table
+has one row per rank: its state, the collective it is in, its recent step times
+(refreshed every STEPS_EVERY_S), stragglers marked.
 """
 
 from __future__ import annotations
@@ -21,11 +24,13 @@ from textual.widgets import Footer, Static
 
 from raydbg.gang import classes, frames
 from raydbg.gang.ranks import rank_ranges
-from raydbg.tui.messages import AttachRequested, StacksUpdated
+from raydbg.tui.messages import AttachRequested, StacksUpdated, StepsUpdated
 from raydbg.tui.row_table import RowTable, set_border_title
 
-TARGET_COLUMNS = ("target", "workers", "held by", "waiting")
+TARGET_COLUMNS = ("target", "workers", "held by", "waiting", "behind")
 CLASS_COLUMNS = ("ranks", "count", "state", "stack")
+RANK_COLUMNS = ("rank", "state", "collective", "work s/step", "wait s/step", "straggler")
+STEPS_EVERY_S = 2.0
 
 
 class StacksGateway(Protocol):
@@ -33,19 +38,21 @@ class StacksGateway(Protocol):
 
     async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]: ...
 
+    async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]: ...
+
 
 def targets(answer: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
     """Rows of the picker: `run:<job>:<name>` per Train run, `job:<id>` per job (pure)."""
-    rows: list[tuple[str, tuple[str, ...]]] = [("all", ("everything", str(len(answer.get("workers") or [])), "", ""))]
+    rows: list[tuple[str, tuple[str, ...]]] = [("all", ("everything", str(len(answer.get("workers") or [])), "", "", ""))]
     for run in answer.get("runs") or []:
         rows.append((f"run:{run['job_id']}:{run['run']}", (
             f"run {run['run']} (world size {run['world_size']})", str(len(run["ranks"])),
-            rank_ranges(run["held_by"]), rank_ranges(run["waiting"]))))
+            rank_ranges(run["held_by"]), rank_ranges(run["waiting"]), rank_ranges(run.get("culprits") or []))))
     jobs: dict[str, int] = {}
     for w in answer.get("workers") or []:
         jobs[str(w.get("job_id") or "?")] = jobs.get(str(w.get("job_id") or "?"), 0) + 1
     for job, n in sorted(jobs.items()):
-        rows.append((f"job:{job}", (f"job {job}", str(n), "", "")))
+        rows.append((f"job:{job}", (f"job {job}", str(n), "", "", "")))
     return rows
 
 
@@ -75,6 +82,33 @@ def class_rows(cls_list: list[dict[str, Any]], workers: list[dict[str, Any]]) ->
     return rows
 
 
+def _in_collective(r: dict[str, Any]) -> str:
+    groups = r.get("collectives")
+    if groups is None:
+        return "-"
+    parts = []
+    for name, g in sorted(groups.items()):
+        started, done = g.get("started") or {}, g.get("completed") or {}
+        waiting = started.get("seq") is not None and started.get("seq") != done.get("seq")
+        parts.append(f"{'in ' if waiting else 'after '}{started.get('op')} #{started.get('seq')}"
+                     + ("" if name == "default_pg" else f" ({name})"))
+    return ", ".join(parts) or "none yet"
+
+
+def rank_rows(run: dict[str, Any] | None, steps: dict[str, Any] | None) -> list[tuple[str, tuple[str, ...]]]:
+    """One row per rank of a run: the stacks answer's RunSummary, joined with its step times (pure)."""
+    by_rank = {r["world_rank"]: r for r in (steps or {}).get("ranks") or []}
+    rows: list[tuple[str, tuple[str, ...]]] = []
+    for r in (run or {}).get("ranks") or []:
+        s = by_rank.get(r["world_rank"], {})
+        work, wait = s.get("busy_median_s"), s.get("wait_median_s")
+        rank = str(r["world_rank"]) + (" · behind" if r["world_rank"] in (run or {}).get("culprits", []) else "")
+        rows.append((f"rank{r['world_rank']}", (
+            rank, r["state"], _in_collective(r), "-" if work is None else f"{work:.3f}",
+            "-" if wait is None else f"{wait:.3f}", "yes" if s.get("straggler") else "")))
+    return rows
+
+
 def session_to_attach(cls: dict[str, Any], workers: list[dict[str, Any]]) -> str | None:
     by = {(w.get("node_id"), w.get("pid")): w for w in workers}
     for m in cls["members"]:
@@ -89,7 +123,8 @@ class GangScreen(Screen[None]):
     #gang-status { height: 1; background: $primary-background; padding: 0 1; }
     #gang-targets { height: 1fr; border: round $primary; }
     #gang-classes { height: 2fr; border: round $primary; }
-    #gang-targets:focus, #gang-classes:focus { border: round $accent; }
+    #gang-ranks { height: 2fr; border: round $primary; }
+    #gang-targets:focus, #gang-classes:focus, #gang-ranks:focus { border: round $accent; }
     """
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
@@ -103,18 +138,55 @@ class GangScreen(Screen[None]):
         self.target = "all"
         self.shown: list[dict[str, Any]] = []
         self.shown_workers: list[dict[str, Any]] = []
+        self.steps: dict[str, Any] = {}
 
     def compose(self) -> ComposeResult:
         yield Static("gang view · taking stacks…", id="gang-status")
         yield RowTable(TARGET_COLUMNS, id="gang-targets")
         yield RowTable(CLASS_COLUMNS, id="gang-classes")
+        yield RowTable(RANK_COLUMNS, id="gang-ranks")
         yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#gang-targets", RowTable).border_title = "Jobs and Train runs"
         self.query_one("#gang-classes", RowTable).border_title = "Stack classes"
+        self.query_one("#gang-ranks", RowTable).border_title = "Ranks (pick a Train run)"
         self.query_one("#gang-targets", RowTable).focus()
         self.load()
+        self.set_interval(STEPS_EVERY_S, self.load_steps)
+
+    def _run_target(self) -> tuple[str, str] | None:
+        if not self.target.startswith("run:"):
+            return None
+        _, job, name = self.target.split(":", 2)
+        return job, name
+
+    @work(exclusive=True, group="steps")
+    async def load_steps(self) -> None:
+        target = self._run_target()
+        if target is None:
+            return
+        try:
+            answer = await self.gateway.steps(*target)
+        except Exception:  # a gateway of an older raydbg, or down: the stacks' status line says so
+            return
+        self.post_message(StepsUpdated(answer))
+
+    def on_steps_updated(self, message: StepsUpdated) -> None:
+        self.steps = message.answer
+        self.show_ranks()
+
+    def show_ranks(self) -> None:
+        target = self._run_target()
+        table = self.query_one("#gang-ranks", RowTable)
+        if target is None:
+            table.set_rows([])
+            set_border_title(table, "Ranks (pick a Train run)")
+            return
+        run = next((r for r in self.answer.get("runs") or [] if (r["job_id"], r["run"]) == target), None)
+        steps = next((r for r in self.steps.get("runs") or [] if (r["job_id"], r["train_run"]) == target), None)
+        table.set_rows(rank_rows(run, steps))
+        set_border_title(table, f"Ranks of run {target[1]}")
 
     @work(exclusive=True, group="stacks")
     async def load(self) -> None:
@@ -146,6 +218,8 @@ class GangScreen(Screen[None]):
         table = self.query_one("#gang-classes", RowTable)
         table.set_rows(class_rows(self.shown, self.shown_workers))
         set_border_title(table, f"Stack classes of {target} ({len(self.shown)})")
+        self.show_ranks()
+        self.load_steps()
 
     def on_row_table_selected(self, event: RowTable.Selected) -> None:
         event.stop()

@@ -41,6 +41,13 @@ class StacksUpdated(Message):
 
 
 @dataclass
+class StepsUpdated(Message):
+    """A `GET /api/v1/steps` answer: per Train run, each rank's recent step times."""
+
+    answer: dict[str, Any]
+
+
+@dataclass
 class AttachRequested(Message):
     session_id: str
 

@@ -52,13 +52,19 @@ def _after_pg_setup(kwargs: dict[str, Any]) -> None:
              kwargs.get("world_rank"), kwargs.get("timeout_s"))
     from raydbg import progress_records as progress
 
-    progress.beat(0, "train.setup")  # a run stuck before its first report is still seen
+    progress.beat(0, "train.setup", timed=False)  # a run stuck before its first report is still seen
 
 
 def _report_beat() -> None:
     from raydbg import progress_records as progress
 
-    progress.beat(None, "train.report")
+    progress.beat(None, "train.report", sync=True)
+
+
+def _report_returned() -> None:
+    from raydbg import progress_records as progress
+
+    progress.resumed()
 
 
 def _run_done() -> None:
@@ -67,9 +73,29 @@ def _run_done() -> None:
     progress.done()
 
 
+# --- Flight Recorder ---------------------------------------------------------------------
+FLIGHT_RECORDER_ENV = "RAYDBG_FLIGHT_RECORDER"  # 0: off; a number: entries kept per rank
+DEFAULT_FLIGHT_RECORDER_ENTRIES = 2000
+
+
+def enable_flight_recorder(env: dict[str, str] | Any = None) -> str | None:
+    """Turn torch's Flight Recorder on for the Train group about to be made (gloo and NCCL):
+    the ring of recent collectives raydbg reads to tell which collective each rank is in.
+    Torch reads TORCH_FR_BUFFER_SIZE when the first group is created, so setting it before
+    is enough. The user's own TORCH_FR_BUFFER_SIZE wins; RAYDBG_FLIGHT_RECORDER=0 leaves it off."""
+    env = os.environ if env is None else env
+    raw = str(env.get(FLIGHT_RECORDER_ENV, "")).strip().lower()
+    if raw in ("0", "off", "false", "no") or env.get("TORCH_FR_BUFFER_SIZE"):
+        return env.get("TORCH_FR_BUFFER_SIZE")
+    size = int(raw) if raw.isdigit() and int(raw) > 0 else DEFAULT_FLIGHT_RECORDER_ENTRIES
+    env["TORCH_FR_BUFFER_SIZE"] = str(size)
+    return str(size)
+
+
 def _patch_torch_config(module: ModuleType) -> None:
     from raydbg import _ray_internals
 
+    enable_flight_recorder()
     _ray_internals.wrap_torch_pg_setup(module, pg_timeout_s, _after_pg_setup)
     _ray_internals.wrap_torch_shutdown(module, _run_done)
 
@@ -77,7 +103,7 @@ def _patch_torch_config(module: ModuleType) -> None:
 def _patch_train_fn_utils(module: ModuleType) -> None:
     from raydbg import _ray_internals
 
-    _ray_internals.wrap_train_report(module, _report_beat)
+    _ray_internals.wrap_train_report(module, _report_beat, _report_returned)
 
 
 # --- post-import hooks ----------------------------------------------------------------

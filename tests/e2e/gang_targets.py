@@ -69,10 +69,11 @@ def all_ranks_pause(config: dict[str, Any]) -> None:
 
 
 def stuck_rank(config: dict[str, Any]) -> None:
-    """Rank 1 is stuck (as in a data loader) until a file appears; rank 0 waits in all_reduce."""
+    """Rank `stuck` (default 1) is stuck (as in a data loader) until a file appears; the others
+    wait in the all_reduce it has not reached."""
     import ray.train
 
-    if _rank() == 1:
+    if _rank() == int(config.get("stuck", 1)):
         release = Path(config["release"])
         while not release.exists():
             time.sleep(0.2)  # BP:gang_stuck
@@ -103,3 +104,17 @@ def stuck_job_task(release: str) -> int:
     while not Path(release).exists():
         time.sleep(0.2)
     return os.getpid()
+
+
+def straggler_steps(config: dict[str, Any]) -> None:
+    """`steps` reported steps of `step_s` seconds; rank `slow_rank` (if any) works `extra_s` longer
+    each; then (with `release`) every rank waits for that file, its records still listed."""
+    import ray.train
+
+    extra = float(config["extra_s"]) if _rank() == config.get("slow_rank") else 0.0
+    for step in range(int(config["steps"])):
+        time.sleep(float(config["step_s"]) + extra)
+        ray.train.report({"step": step})
+    while config.get("release") and not Path(config["release"]).exists():
+        time.sleep(0.1)
+    _write(config, float(config["steps"]))

@@ -200,16 +200,33 @@ def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp
     # Alongside, in the same job, a plain task that beats once with raydbg.progress() and sticks.
     job = ray.get_runtime_context().get_job_id()
     task = ray.remote(max_calls=1, num_cpus=0.25)(targets.stuck_job_task).remote(str(release))
-    stuck = Fit(_trainer(targets.stuck_rank, "gang-stuck", tmp_path, config={"release": str(release)}))
+    stuck = Fit(_trainer(targets.stuck_rank, "gang-stuck", tmp_path, workers=4,
+                         config={"release": str(release), "stuck": 2}))
     events = _wait_events(lambda: _hang_events(gw, "gang-stuck"))
     assert len(events) == 1, events
     details = events[0]["details"]
-    assert details["world_size"] == 2 and details["stalled_for_s"] >= HANG_AFTER_S
-    assert sorted(r["world_rank"] for r in details["ranks"]) == [0, 1]
+    assert details["world_size"] == 4 and details["stalled_for_s"] >= HANG_AFTER_S
+    assert sorted(r["world_rank"] for r in details["ranks"]) == [0, 1, 2, 3]
     classes = details["classes"]
     by_rank = {m["world_rank"]: cl for cl in classes for m in cl["members"]}
-    assert not by_rank[1]["in_collective"] and "stuck_rank" in by_rank[1]["summary"], classes
-    assert by_rank[0]["in_collective"] and by_rank[0]["id"] != by_rank[1]["id"], classes
+    assert not by_rank[2]["in_collective"] and "stuck_rank" in by_rank[2]["summary"], classes
+    assert by_rank[0]["in_collective"] and by_rank[0]["id"] != by_rank[2]["id"], classes
+    # Flight Recorder: rank 2 has not reached the all_reduce the others are in; it is named.
+    (disagree,) = details["disagreement"]
+    assert (disagree["behind"], disagree["waiting"]) == ([2], [0, 1, 3]), disagree
+    assert disagree["collective"]["op"] == "all_reduce", disagree
+    assert [(c["world_rank"], "stuck_rank" in c["stack_class"]["summary"]) for c in details["culprits"]] == [(2, True)]
+    assert f"rank(s) 2 have not reached all_reduce #{disagree['seq']}" in events[0]["message"], events[0]["message"]
+    # The gang report says the same, per rank: the last collective each started.
+    report = json.loads(c.cli("stacks", "--run", "gang-stuck", "--json", timeout=90).stdout)
+    (run,) = report["runs"]
+    assert run["culprits"] == [2] and run["collectives_seen"] == [0, 1, 2, 3], run
+    # (a rank that has started no collective yet has no entry: 0)
+    started = {r["world_rank"]: (r["collectives"].get("default_pg") or {"started": {"seq": 0}})["started"]["seq"]
+               for r in run["ranks"]}
+    assert started[2] == disagree["seq"] - 1 and {started[r] for r in (0, 1, 3)} == {disagree["seq"]}, started
+    text = c.cli("stacks", "--run", "gang-stuck", timeout=90).stdout
+    assert "collectives: rank(s) 2 have not reached all_reduce" in text, text
     jobs = _wait_events(lambda: _job_hang_events(gw, job), timeout=60)  # the task's, as a job's
     assert len(jobs) == 1, jobs
     assert [(r["world_rank"], r["step"]) for r in jobs[0]["details"]["ranks"]] == [(None, 1)]
@@ -222,7 +239,7 @@ def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp
     assert len(_hang_events(gw, "gang-stuck")) == 1  # once per stall; the job is not stopped
     assert len(_job_hang_events(gw, job)) == 1
     release.touch()
-    assert stuck.join() == [3.0, 3.0]
+    assert stuck.join() == [10.0] * 4
     assert ray.get(task, timeout=60) > 0
     assert len(_hang_events(gw, "gang-stuck")) == 1
 
@@ -246,3 +263,52 @@ def test_no_hang_event_for_a_run_paused_by_raydbg(cluster: tuple[Cluster, Any], 
     wait_gone(gw, rec["id"])
     time.sleep(2 * HANG_AFTER_S)  # the pause does not count after the fact either
     assert _hang_events(gw, "gang-paused") == []
+
+
+def _straggler_events(gw: Any, run: str) -> list[dict[str, Any]]:
+    return [e for e in asyncio.run(gw.events(500))
+            if e.get("kind") == "straggler" and (e.get("details") or {}).get("train_run") == run]
+
+
+def test_one_straggler_event_for_a_rank_slower_every_step_none_for_a_uniform_slowdown(
+        cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, gw = cluster
+    steps, release = 20, tmp_path / "release-stragglers"  # the event is due at step 6: room to sample
+    slow = Fit(_trainer(targets.straggler_steps, "gang-straggler", tmp_path, workers=3,
+                        config={"steps": steps, "step_s": 0.1, "extra_s": 0.3, "slow_rank": 0,
+                                "release": str(release)}))
+    uniform = Fit(_trainer(targets.straggler_steps, "gang-uniform", tmp_path, workers=3,
+                           config={"steps": steps, "step_s": 0.4, "extra_s": 0.0, "release": str(release)}))
+    try:
+        events = _wait_events(lambda: _straggler_events(gw, "gang-straggler"), timeout=240)
+        assert len(events) == 1, events
+        details = events[0]["details"]
+        assert details["world_rank"] == 0 and details["pid"] and events[0]["node_id"]  # the rank's node
+        assert min(details["busy_s"]) >= 0.4 and max(details["others_median_s"]) < min(details["busy_s"])
+        assert "rank 0 worked" in events[0]["message"]
+        # Its stack class, taken then: rank 0 alone, in its loop.
+        klass = details["stack_class"]
+        assert klass is not None and klass["count"] == 1, details
+        assert any(f.get("function") == "straggler_steps" for f in klass["frames"]), klass["summary"]
+        # `raydbg steps`: every rank's recent step times, the straggler marked.
+        out = c.cli("steps", "--run", "gang-straggler", "--json", timeout=60)
+        assert out.returncode == 0, out.stderr
+        (run,) = json.loads(out.stdout)["runs"]
+        assert [(r["world_rank"], r["straggler"]) for r in run["ranks"]] == [(0, True), (1, False), (2, False)]
+        assert run["ranks"][0]["busy_median_s"] > 3 * run["ranks"][1]["busy_median_s"]
+        text = c.cli("steps", "--run", "gang-straggler", timeout=60).stdout
+        assert "straggler(s): rank 0" in text, text
+        _wait_events(lambda: [1] if all(r.get("step") == steps for r in _steps(c, "gang-uniform")) else [], 120)
+        time.sleep(2.0)  # two more checks with every uniform step recorded
+    finally:
+        release.touch()
+    assert slow.join() == [float(steps)] * 3
+    assert uniform.join() == [float(steps)] * 3
+    assert len(_straggler_events(gw, "gang-straggler")) == 1
+    assert _straggler_events(gw, "gang-uniform") == []
+
+
+def _steps(c: Cluster, run: str) -> list[dict[str, Any]]:
+    out = c.cli("steps", "--run", run, "--json", timeout=60)
+    runs = json.loads(out.stdout)["runs"] if out.returncode == 0 else []
+    return list(runs[0]["ranks"]) if runs else []

@@ -1,0 +1,167 @@
+"""Which collective each rank is in: views of Flight Recorder dumps and the run's first disagreement.
+
+Synthetic dumps in the format torch 2.13 writes, and real ones from three gloo processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+from raydbg.gang import collectives
+
+NOW = 1_000_000 * 10**9
+
+
+def entry(seq: int, op: str = "all_reduce", retired: bool = True, sizes: list[list[int]] | None = None,
+          group: str = "default_pg", age_s: float = 1.0) -> dict[str, Any]:
+    return {"collective_seq_id": seq, "profiling_name": f"gloo:{op}", "input_sizes": sizes or [[4]],
+            "input_dtypes": ["Float"], "is_p2p": False, "p2p_seq_id": 0, "pg_id": 0,
+            "process_group": ["0", group], "retired": retired, "state": "scheduled",
+            "time_created_ns": NOW - int(age_s * 1e9)}
+
+
+def dump(*entries: dict[str, Any]) -> dict[str, Any]:
+    return {"entries": list(entries), "version": "2.10", "pg_config": {}, "pg_status": {}}
+
+
+def test_rank_view_last_started_and_completed() -> None:
+    view = collectives.rank_view(dump(entry(1), entry(2, age_s=3.5, retired=False)), NOW)
+    g = view["default_pg"]
+    assert (g["started"]["seq"], g["started"]["op"], g["started"]["since_s"]) == (2, "all_reduce", 3.5)
+    assert g["completed"]["seq"] == 1 and [b["seq"] for b in g["recent"]] == [1, 2]
+
+
+def test_the_rank_behind_is_named_with_the_collective_the_others_wait_in() -> None:
+    views = {r: collectives.rank_view(dump(entry(1), entry(2, retired=False)), NOW) for r in (0, 1, 3)}
+    views[2] = collectives.rank_view(dump(entry(1)), NOW)
+    (found,) = collectives.disagreement(views)
+    assert (found["kind"], found["seq"], found["behind"], found["waiting"]) == ("not_reached", 2, [2], [0, 1, 3])
+    assert found["collective"]["op"] == "all_reduce"
+    assert collectives.culprits([found]) == [2]
+    assert collectives.describe(found) == ("rank(s) 2 have not reached all_reduce #2 of group default_pg "
+                                           "(rank(s) 0, 1, 3 wait in it)")
+
+
+def test_a_rank_in_the_group_with_no_collective_yet_is_behind_in_the_world_group() -> None:
+    views = {r: collectives.rank_view(dump(entry(1, retired=False)), NOW) for r in (0, 2)}
+    views[1] = collectives.rank_view(dump(), NOW)  # stuck before its first collective
+    assert views[1] == {}
+    (found,) = collectives.disagreement(views)
+    assert (found["seq"], found["behind"], found["waiting"]) == (1, [1], [0, 2])
+
+
+def test_agreeing_ranks_and_groups_apart() -> None:
+    same = {r: collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp")), NOW) for r in range(4)}
+    assert collectives.disagreement(same) == []
+    # Only the "tp" group disagrees: rank 3 is behind there.
+    same[3] = collectives.rank_view(dump(entry(1), entry(2)), NOW)
+    same[0] = collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp"), entry(2, group="tp")), NOW)
+    found = collectives.disagreement(same)
+    assert [(d["group"], d["seq"], d["behind"]) for d in found] == [("tp", 2, [1, 2])]
+
+
+def test_mismatched_collective_at_the_same_sequence_id() -> None:
+    views = {r: collectives.rank_view(dump(entry(1), entry(2, retired=False)), NOW) for r in (0, 1, 2)}
+    views[1] = collectives.rank_view(dump(entry(1), entry(2, op="broadcast", retired=False)), NOW)
+    (found,) = collectives.disagreement(views)
+    assert (found["kind"], found["seq"], found["behind"], found["waiting"]) == ("mismatch", 2, [1], [0, 2])
+    views[1] = collectives.rank_view(dump(entry(1), entry(2, sizes=[[8]], retired=False)), NOW)
+    assert collectives.disagreement(views)[0]["behind"] == [1]  # same op, other sizes
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+RANK = textwrap.dedent("""
+    import json, os, sys, threading, time
+    os.environ["TORCH_FR_BUFFER_SIZE"] = "200"
+    import torch, torch.distributed as dist
+    rank, out = int(sys.argv[1]), sys.argv[2]
+    dist.init_process_group("gloo", rank=rank, world_size=3)
+    t = torch.ones(4)
+    dist.all_reduce(t)
+    def dump():
+        time.sleep(2.0)  # the others are then inside the 2nd all_reduce, which releases the GIL
+        with open(out + ".part", "wb") as f:
+            f.write(torch._C._distributed_c10d._dump_fr_trace_json(True, True))
+        os.rename(out + ".part", out)
+        # Leave only when every rank has dumped: an exit closes the others' gloo connections.
+        while not all(os.path.exists(out[:-6] + f"{r}.json") for r in range(3)):
+            time.sleep(0.05)
+        os._exit(0)
+    threading.Thread(target=dump).start()
+    if rank != 2:  # rank 2 skips the 2nd collective
+        dist.all_reduce(t)
+""")
+
+
+def test_real_gloo_ranks_one_skips_a_collective(tmp_path: Path) -> None:
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(tmp_path / f"rank{r}.json")], env=env)
+             for r in range(3)]
+    try:
+        for p in procs:
+            assert p.wait(timeout=120) == 0
+    finally:
+        for p in procs:
+            p.kill()
+    now = time.time_ns()
+    views = {r: collectives.rank_view(json.loads((tmp_path / f"rank{r}.json").read_text()), now) for r in range(3)}
+    (found,) = collectives.disagreement(views)
+    assert (found["behind"], found["seq"], found["collective"]["op"]) == ([2], 2, "all_reduce")
+    assert found["waiting"] == [0, 1]  # entered, not completed: gloo's entries stay `scheduled`
+    assert views[2]["default_pg"]["completed"]["seq"] == 1
+
+
+LISTENING_RANK = textwrap.dedent("""
+    import os, sys, time
+    sys.path.insert(0, {repo!r})
+    from raydbg.worker.train import enable_flight_recorder
+    enable_flight_recorder()  # as in a Train worker, before the group exists
+    import torch, torch.distributed as dist
+    from raydbg.gang import cooperative
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    t = torch.ones(3)
+    dist.all_reduce(t)
+    dist.broadcast(t, 0)
+    cooperative.listen()
+    print("ready", flush=True)
+    time.sleep(300)
+""")
+
+
+def test_a_ranks_stacks_thread_answers_with_its_collectives(tmp_path: Path) -> None:
+    import asyncio
+
+    from raydbg.gang import cooperative
+
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+           "RAYDBG_STACKS_DIR": str(tmp_path)}
+    env.pop("TORCH_FR_BUFFER_SIZE", None)
+    proc = subprocess.Popen([sys.executable, "-c", LISTENING_RANK.format(repo=repo)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        os.environ["RAYDBG_STACKS_DIR"] = str(tmp_path)
+        try:
+            snap = asyncio.run(cooperative.ask_snapshot(proc.pid, timeout=30))
+        finally:
+            del os.environ["RAYDBG_STACKS_DIR"]
+    finally:
+        proc.kill()
+        proc.wait()
+    g = snap["collectives"]["default_pg"]
+    assert (g["started"]["seq"], g["started"]["op"], g["started"]["sizes"]) == (2, "broadcast", [[3]])
+    assert g["completed"]["seq"] == 2 and [b["op"] for b in g["recent"]] == ["all_reduce", "broadcast"]
