@@ -3,11 +3,11 @@ a worker's first pause), explicitly (`raydbg up/down`), and on nodes that join l
 head's agent, raydbg/agent_host/actor.py). RAYDBG_AGENTS=off leaves the start to `raydbg up`.
 
 The agent host (actor.py) is imported only when an agent is to be started: a pausing
-worker and a driver pay for it in a background thread, if at all."""
+worker and a driver pay for it in a background thread, if at all. Ray never shuts down under
+such a thread: `ray.shutdown()` and the exit wait for it first (bounded, JOIN_AT_EXIT_S)."""
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import socket
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from raydbg import config, ray_nodes, registry
+from raydbg import _ray_internals, config, ray_nodes, registry
 from raydbg.config import NAMESPACE, agent_name
 from raydbg.ray_nodes import head_node_id
 from raydbg.records import SessionRecord
@@ -24,9 +24,9 @@ log = logging.getLogger("raydbg")
 
 _ensured: set[str] = set()
 _ensure_lock = threading.Lock()
+_starting: set[threading.Thread] = set()  # this process's agent starts still under way
 
-
-JOIN_AT_EXIT_S = 10.0  # a driver that exits at once waits this long for its agent start
+JOIN_AT_EXIT_S = 10.0  # ray.shutdown() or an exit waits at most this long for them
 
 
 def who(what: str) -> str:
@@ -49,13 +49,43 @@ def ensure_agents_for(rec: SessionRecord) -> None:
 
 def ensure_all_soon(started_by: str) -> threading.Thread:
     """From an activated driver once connected: an agent on every alive node and the gateway,
-    in the background (the job's first task does not wait); joined at exit, bounded, so a
-    driver that ends at once does not leave the start half done."""
-    thread = threading.Thread(target=_ensure_all_quietly, args=(started_by,), name="raydbg-start-agents",
-                              daemon=True)
+    in the background (the job's first task does not wait); a driver that ends at once does
+    not leave the start half done (wait_for_agent_starts)."""
+    return _in_background(_ensure_all_quietly, (started_by,), "raydbg-start-agents")
+
+
+def _in_background(target: Any, args: tuple[Any, ...], name: str) -> threading.Thread:
+    """A daemon thread that Ray's shutdown waits for: one still inside a Ray call while Ray
+    tears its core worker and GCS clients down, or while the interpreter finalizes, is how a
+    driver that has done its work crashes at exit."""
+    _ray_internals.before_ray_shutdown(wait_for_agent_starts)
+    thread = threading.Thread(target=_tracked, args=(target, args), name=name, daemon=True)
+    with _ensure_lock:
+        _starting.add(thread)
     thread.start()
-    atexit.register(thread.join, JOIN_AT_EXIT_S)
     return thread
+
+
+def _tracked(target: Any, args: tuple[Any, ...]) -> None:
+    try:
+        target(*args)
+    finally:
+        with _ensure_lock:
+            _starting.discard(threading.current_thread())
+
+
+def wait_for_agent_starts(timeout: float = JOIN_AT_EXIT_S) -> bool:
+    """Wait (bounded) for this process's agent starts to end; run before Ray shuts down.
+    False, with a warning, if one is still under way after `timeout`."""
+    deadline = time.monotonic() + timeout
+    with _ensure_lock:
+        threads = [t for t in _starting if t is not threading.current_thread()]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in threads if t.is_alive()]
+    if left:
+        log.warning("raydbg: %s still under way after %.0fs; Ray shuts down regardless", ", ".join(left), timeout)
+    return not left
 
 
 def _ensure_all_quietly(started_by: str) -> None:
@@ -73,8 +103,7 @@ def ensure_agents_soon(node_id: str, started_by: str = "") -> None:
         if node_id in _ensured or not node_id:
             return
         _ensured.add(node_id)
-    threading.Thread(target=_ensure_quietly, args=(node_id, started_by), name="raydbg-ensure-agents",
-                     daemon=True).start()
+    _in_background(_ensure_quietly, (node_id, started_by), "raydbg-ensure-agents")
 
 
 def _ensure_quietly(node_id: str, started_by: str) -> None:
