@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import re
@@ -31,12 +32,18 @@ log = logging.getLogger("raydbg")
 _NS = NAMESPACE.encode()
 _TIMEOUT = 10.0
 _client: Any = None
+_release_at_exit = True
 
 
 def use_client(client: Any) -> None:
-    """Use this GcsClient (a process that never called ray.init, e.g. the CLI)."""
-    global _client
+    """Use this GcsClient (a process that never called ray.init, e.g. the CLI). It is let go
+    at exit, before Ray's own atexit shutdown (registered when `ray` was imported, so it runs
+    after this): the interpreter's teardown then frees no client Ray's threads still serve."""
+    global _client, _release_at_exit
     _client = client
+    if client is not None and _release_at_exit:
+        _release_at_exit = False
+        atexit.register(use_client, None)
 
 
 def client_for(gcs_address: str) -> Any:

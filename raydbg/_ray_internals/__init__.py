@@ -10,7 +10,7 @@ imports a private Ray module or reads `_x` of a Ray name.
   otel_context.py    whether a span is current (what tracing.py and task_submit.py ask)
   task_submit.py     the one wrapper of `RemoteFunction._remote`: budgets, untraced calls
   task_start.py      the memory start gate around every normal task of a worker
-  activation.py      a worker's setup hook and first function, a driver's connect
+  activation.py      a worker's setup hook and first function, a driver's connect and shutdown
   process.py         this process as Ray knows it: mode, session dir, node, running task
   post_mortem.py     Ray's task-error path routed to raydbg
   gcs.py             GCS without ray.init: client, GlobalState, task events, live actors
@@ -38,6 +38,7 @@ from raydbg._ray_internals.activation import (
     after_first_result,
     after_ray_init,
     before_first_function,
+    before_ray_shutdown,
     is_worker_process,
 )
 from raydbg._ray_internals.authentication import ray_auth_token
@@ -87,6 +88,7 @@ __all__ = [
     "alive_actor_rows",
     "all_task_events",
     "before_first_function",
+    "before_ray_shutdown",
     "cluster_tracing_hook",
     "current_task_id_hex",
     "default_task_max_retries",

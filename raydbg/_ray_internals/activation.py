@@ -84,3 +84,41 @@ def after_first_result(fn: Callable[[], None]) -> None:
                 fn()
 
     worker.get_objects = get_objects  # type: ignore[method-assign]
+
+
+_before_shutdown: list[Callable[[], object]] = []
+
+
+def before_ray_shutdown(fn: Callable[[], object]) -> None:
+    """Run `fn` before this process's Ray shuts down: in `ray.shutdown()` and at exit, before
+    Ray's own atexit shutdown (atexit runs the later registration first; Ray registered its
+    handler when `ray` was imported, before any call of this). Idempotent; errors are logged.
+
+    Ray has no shutdown hook: `ray.shutdown` is wrapped (the name in `ray` and in
+    `ray._private.worker`, whose own callers look it up there)."""
+    if fn in _before_shutdown:
+        return
+    _before_shutdown.append(fn)
+    if len(_before_shutdown) > 1:
+        return
+    import atexit
+
+    import ray
+
+    original = ray._private.worker.shutdown
+
+    @functools.wraps(original)
+    def shutdown(*args: Any, **kwargs: Any) -> Any:
+        _run_before_shutdown()
+        return original(*args, **kwargs)
+
+    ray.shutdown = ray._private.worker.shutdown = shutdown
+    atexit.register(_run_before_shutdown)
+
+
+def _run_before_shutdown() -> None:
+    for fn in list(_before_shutdown):
+        try:
+            fn()
+        except Exception:
+            logging.getLogger("raydbg").exception("raydbg: a step before Ray's shutdown failed")

@@ -3,11 +3,11 @@ a worker's first pause), explicitly (`raydbg up/down`), and on nodes that join l
 head's agent, raydbg/agent_host/actor.py). RAYDBG_AGENTS=off leaves the start to `raydbg up`.
 
 The agent host (actor.py) is imported only when an agent is to be started: a pausing
-worker and a driver pay for it in a background thread, if at all."""
+worker and a driver pay for it in a background thread, if at all. Ray never shuts down under
+such a thread: `ray.shutdown()` and the exit wait for it first (bounded, JOIN_AT_EXIT_S)."""
 
 from __future__ import annotations
 
-import atexit
 import logging
 import os
 import socket
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any
 
-from raydbg import config, ray_nodes, registry
+from raydbg import _ray_internals, config, ray_nodes, registry
 from raydbg.config import NAMESPACE, agent_name
 from raydbg.ray_nodes import head_node_id
 from raydbg.records import SessionRecord
@@ -24,9 +24,10 @@ log = logging.getLogger("raydbg")
 
 _ensured: set[str] = set()
 _ensure_lock = threading.Lock()
+_starting: set[threading.Thread] = set()  # this process's agent starts still under way
+_release_at_shutdown: set[threading.Event] = set()  # starts waiting for a first result
 
-
-JOIN_AT_EXIT_S = 10.0  # a driver that exits at once waits this long for its agent start
+JOIN_AT_EXIT_S = 10.0  # ray.shutdown() or an exit waits at most this long for them
 # A driver's agent start waits for its first task result at most this long (a fresh worker
 # starts in ~0.3 s on 2 idle cores; benchmarks/first_task.py).
 START_AFTER_S = 2.0
@@ -54,15 +55,48 @@ def ensure_all_soon(started_by: str, go: threading.Event | None = None) -> threa
     """From an activated driver once connected: an agent on every alive node and the gateway,
     in the background, once `go` is set (the driver's first task result) or START_AFTER_S
     have passed, whichever comes first: the agents' process starts do not compete with the
-    first task's worker. Joined at exit, bounded, so a driver that ends at once does not
-    leave the start half done; at exit the start no longer waits for `go`."""
+    first task's worker. A driver that ends at once does not leave the start half done, nor
+    wait for `go` (wait_for_agent_starts)."""
     go = go or threading.Event()
-    thread = threading.Thread(target=_ensure_all_quietly, args=(started_by, go), name="raydbg-start-agents",
-                              daemon=True)
+    with _ensure_lock:
+        _release_at_shutdown.add(go)
+    return _in_background(_ensure_all_quietly, (started_by, go), "raydbg-start-agents")
+
+
+def _in_background(target: Any, args: tuple[Any, ...], name: str) -> threading.Thread:
+    """A daemon thread that Ray's shutdown waits for: one still inside a Ray call while Ray
+    tears its core worker and GCS clients down, or while the interpreter finalizes, is how a
+    driver that has done its work crashes at exit."""
+    _ray_internals.before_ray_shutdown(wait_for_agent_starts)
+    thread = threading.Thread(target=_tracked, args=(target, args), name=name, daemon=True)
+    with _ensure_lock:
+        _starting.add(thread)
     thread.start()
-    atexit.register(thread.join, JOIN_AT_EXIT_S)
-    atexit.register(go.set)  # atexit runs last-registered first: the join finds it started
     return thread
+
+
+def _tracked(target: Any, args: tuple[Any, ...]) -> None:
+    try:
+        target(*args)
+    finally:
+        with _ensure_lock:
+            _starting.discard(threading.current_thread())
+
+
+def wait_for_agent_starts(timeout: float = JOIN_AT_EXIT_S) -> bool:
+    """Wait (bounded) for this process's agent starts to end; run before Ray shuts down.
+    False, with a warning, if one is still under way after `timeout`."""
+    deadline = time.monotonic() + timeout
+    with _ensure_lock:
+        for go in _release_at_shutdown:
+            go.set()  # at shutdown a start no longer waits for the first result
+        threads = [t for t in _starting if t is not threading.current_thread()]
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    left = [t.name for t in threads if t.is_alive()]
+    if left:
+        log.warning("raydbg: %s still under way after %.0fs; Ray shuts down regardless", ", ".join(left), timeout)
+    return not left
 
 
 def _ensure_all_quietly(started_by: str, go: threading.Event) -> None:
@@ -81,8 +115,7 @@ def ensure_agents_soon(node_id: str, started_by: str = "") -> None:
         if node_id in _ensured or not node_id:
             return
         _ensured.add(node_id)
-    threading.Thread(target=_ensure_quietly, args=(node_id, started_by), name="raydbg-ensure-agents",
-                     daemon=True).start()
+    _in_background(_ensure_quietly, (node_id, started_by), "raydbg-ensure-agents")
 
 
 def _ensure_quietly(node_id: str, started_by: str) -> None:
