@@ -248,6 +248,10 @@ class Gateway:
             q["thread"] = "0"
         return dict(await self.get("/api/v1/stacks?" + urlencode(q), timeout=timeout))
 
+    async def train_runs(self, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Every Ray Train run the cluster's Train state knows, with its attempts (raydbg.telemetry.attempts)."""
+        return list((await self.get("/api/v1/train/runs", timeout=timeout)).get("runs") or [])
+
     async def breakpoints(self, job: str | None = None) -> list[dict[str, Any]]:
         """Armed breakpoints (with `job`: that job's and every job's)."""
         answer = await self.get("/api/v1/breakpoints" + (f"?{urlencode({'job': job})}" if job else ""))
