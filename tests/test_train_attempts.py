@@ -64,7 +64,7 @@ def test_failed_attempt_names_rank_node_and_error() -> None:
         2, "RUNNING", None, 20.0, [])
     line = attempts.attempt_line(first)
     assert line.endswith("ERRORED  rank 1 on 10.0.0.1 (node n1): RuntimeError: planted failure on rank 1")
-    assert attempts.attempt_line(second).endswith("20.0s  RUNNING")
+    assert "-now " in attempts.attempt_line(second) and attempts.attempt_line(second).endswith("20.0s  RUNNING")
 
 
 def test_several_rank_groups_and_chained_tracebacks() -> None:
@@ -112,3 +112,23 @@ def test_goodput_and_stacks_print_one_line_per_attempt() -> None:
     assert text[2].startswith("  attempt 2 ") and text[2].endswith("RUNNING")
     # A run Train's state does not know (tracking off): the report as before.
     assert not any("attempt" in ln for ln in report.run_lines({**summary, "attempts": []}, []))
+
+
+def test_adapter_reads_what_this_ray_has_and_live_runs_keep_their_shape() -> None:
+    from enum import Enum
+    from types import SimpleNamespace
+
+    from raydbg._ray_internals import live_runs, train
+
+    class Status(str, Enum):
+        ERRORED = "ERRORED"
+
+    old_worker = SimpleNamespace(world_rank=1, local_rank=0, node_id="n1", pid=7, actor_id="a")  # no node_ip, status
+    rec = train._attempt_record(SimpleNamespace(attempt_id="x", status=Status.ERRORED, start_time_ns=1,
+                                                workers=[old_worker]))
+    assert rec["status"] == "ERRORED" and rec["status_detail"] is None and rec["end_time_ns"] is None
+    assert rec["workers"] == [{"world_rank": 1, "local_rank": 0, "node_id": "n1", "node_ip": None, "pid": 7,
+                               "actor_id": "a", "status": None}]
+    (live,) = live_runs(_records())  # the labels' input: the current attempt's workers
+    assert live["run_id"] == "rid" and live["world_size"] == 2 and live["workers"][1]["node_id"] == "n2"
+    assert live_runs([{**_records()[0], "status": "FINISHED"}]) == []

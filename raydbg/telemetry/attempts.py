@@ -114,7 +114,7 @@ def attempts_of(summaries: Sequence[dict[str, Any]], name: str, job_id: str) -> 
 
 
 def _clock(ts: float | None) -> str:
-    return "--:--:--" if ts is None else datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
+    return "now     " if ts is None else datetime.datetime.fromtimestamp(ts).strftime("%H:%M:%S")
 
 
 def _failure(f: dict[str, Any]) -> str:

@@ -77,6 +77,7 @@ def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path) -> Non
     thread, out = _fit(tmp_path)
     try:
         text = _stacks_until(c, lambda t: "RUNNING" in _line(t, "attempt 2 "))
+        print(text)  # shown with -rP: the report a user sees
         line = _line(text, "attempt 1 ")
         assert "ERRORED" in line and "rank 1 on " in line and f"(node {node_id[:12]})" in line, text
         assert line.endswith(f"RuntimeError: {restart_targets.FAILURE}"), text
@@ -90,6 +91,7 @@ def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path) -> Non
     empty.mkdir()
     shown = c.cli("goodput", RUN, "--no-png", "--dir", str(empty), timeout=90)
     assert shown.returncode == 0, shown.stderr
+    print(shown.stdout)
     lines = shown.stdout.splitlines()
     assert lines[0].startswith(f"Train run {RUN} ") and lines[0].endswith("FINISHED"), shown.stdout
     assert _line(shown.stdout, "attempt 1 ").endswith(f"RuntimeError: {restart_targets.FAILURE}"), shown.stdout
