@@ -253,6 +253,10 @@ class Gateway:
         q = {k: v for k, v in (("job", job), ("run", run)) if v}
         return dict(await self.get("/api/v1/steps" + (f"?{urlencode(q)}" if q else "")))
 
+    async def train_runs(self, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Every Ray Train run the cluster's Train state knows, with its attempts (raydbg.telemetry.attempts)."""
+        return list((await self.get("/api/v1/train/runs", timeout=timeout)).get("runs") or [])
+
     async def breakpoints(self, job: str | None = None) -> list[dict[str, Any]]:
         """Armed breakpoints (with `job`: that job's and every job's)."""
         answer = await self.get("/api/v1/breakpoints" + (f"?{urlencode({'job': job})}" if job else ""))

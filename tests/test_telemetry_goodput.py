@@ -78,16 +78,50 @@ def test_goodput_cli_writes_table_and_png(
     run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     png = tmp_path / "t.png"
-    assert _cli(["goodput", "latest", "--dir", str(run_dir), "--png", str(png)]) == 0
+    # --no-attempts: these read files only (no cluster's gateway asked for Train attempts).
+    assert _cli(["goodput", "latest", "--dir", str(run_dir), "--png", str(png), "--no-attempts"]) == 0
     out = capsys.readouterr().out
     assert "run r1" in out and "lost to failures: restart" in out and str(png) in out
     with Image.open(png) as img:
         assert img.format == "PNG" and img.size[0] == 1400
-    assert _cli(["goodput", "r1", "--dir", str(run_dir), "--no-png", "--json"]) == 0
+    assert _cli(["goodput", "r1", "--dir", str(run_dir), "--no-png", "--json", "--no-attempts"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["steps_redone"] == 3 and data["png"] is None
-    assert _cli(["goodput", "nope", "--dir", str(run_dir), "--no-png"]) == 1
+    assert _cli(["goodput", "nope", "--dir", str(run_dir), "--no-png", "--no-attempts"]) == 1
     assert "recent runs: r1" in capsys.readouterr().err
+
+
+def test_goodput_cli_prints_the_runs_attempts_under_the_table(
+    run_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The attempts come from the gateway (tests/e2e/test_train_restarts.py asks a real one)."""
+    from raydbg.commands import telemetry as command
+    from raydbg.telemetry import attempts
+
+    detail = "[Rank 1 Error Snippet]:\nTraceback (most recent call last):\n  File \"t.py\", line 1, in f\nOSError: disk\n"
+    recs = [{"run_id": "id1", "name": "r1", "job_id": "01000000", "status": "FINISHED", "start_time_ns": 10**9,
+             "attempts": [{"attempt_id": "a", "status": "ERRORED", "status_detail": detail, "start_time_ns": 10**9,
+                           "end_time_ns": 3 * 10**9, "workers": [{"world_rank": 1, "node_ip": "10.0.0.9"}]},
+                          {"attempt_id": "b", "status": "FINISHED", "start_time_ns": 4 * 10**9,
+                           "end_time_ns": 9 * 10**9, "workers": []}]}]
+    asked: list[str] = []
+
+    def fake(args: Any, run: str) -> tuple[list[dict[str, Any]], str | None]:
+        asked.append(run)
+        return attempts.matching(attempts.summarize(recs), run), None
+
+    monkeypatch.setattr(command, "_train_runs", fake)
+    assert _cli(["goodput", "latest", "--dir", str(run_dir), "--no-png"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert asked == ["r1"]  # 'latest' is the run the spans name
+    at = out.index("Train run r1 (id id1, job 01000000): FINISHED")
+    assert out[at - 1].startswith("of which lost to failures")  # under the table
+    assert out[at + 1].endswith("2.0s  ERRORED  rank 1 on 10.0.0.9: OSError: disk")
+    assert out[at + 2].endswith("5.0s  FINISHED")
+    assert _cli(["goodput", "r1", "--dir", str(run_dir), "--no-png", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["train_runs_error"] is None and data["steps_redone"] == 3
+    assert [a["status"] for a in data["train_runs"][0]["attempts"]] == ["ERRORED", "FINISHED"]
 
 
 def test_trace_cli_lists_filters_and_summarises(

@@ -5,7 +5,8 @@ check: each module's docstring names the Ray version it was written for and the 
 things it relies on. tests/test_ray_private_uses.py fails when a module outside it
 imports a private Ray module or reads `_x` of a Ray name.
 
-  train.py           Ray Train V2: torch backend patches, live runs and their workers' ranks
+  train.py           Ray Train V2: torch backend patches, live runs and their workers' ranks,
+                     every run's attempts (the state actor)
   tracing.py         Ray's task tracing at (almost) no cost outside any span
   otel_context.py    whether a span is current (what tracing.py and task_submit.py ask)
   task_submit.py     the one wrapper of `RemoteFunction._remote`: budgets, untraced calls
@@ -66,6 +67,8 @@ from raydbg._ray_internals.train import (
     TORCH_CONFIG_MODULE,
     TRAIN_ACTIVE,
     TRAIN_FN_UTILS_MODULE,
+    live_runs,
+    train_run_records,
     train_runs,
     wrap_torch_pg_setup,
     wrap_torch_shutdown,
@@ -97,11 +100,13 @@ __all__ = [
     "gcs_client",
     "gcs_state",
     "is_worker_process",
+    "live_runs",
     "node_identity",
     "ray_auth_token",
     "route_post_mortem",
     "session_dir",
     "task_tracing_enabled",
+    "train_run_records",
     "train_runs",
     "unwrap_task_submit",
     "worker_mode",

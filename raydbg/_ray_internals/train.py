@@ -81,17 +81,40 @@ def wrap_train_report(module: Any, before: Callable[[], None], after: Callable[[
     return True
 
 
-# --- Ray Train V2 state actor (stacks: which worker is which rank) ------------------
+# --- Ray Train V2 state actor (stacks: which worker is which rank; every attempt) ---
 # ray.train.v2._internal.state.state_actor.get_state_actor() is the detached actor
 # "train_v2_state_actor" (namespace "_train_state_actor") the Train controller reports
-# to; get_train_runs() -> {run_id: TrainRun(id, name, job_id, status)},
-# get_train_run_attempts() -> {run_id: {attempt_id: TrainRunAttempt(status, workers=[
-# TrainWorker(world_rank, local_rank, node_id, pid, actor_id)])}} (pydantic models).
+# to, only when the driver has RAY_TRAIN_ENABLE_STATE_TRACKING=1 (off by default in 2.60);
+# get_train_runs() -> {run_id: TrainRun(id, name, job_id, status, status_detail,
+# start_time_ns, end_time_ns)}, get_train_run_attempts() -> {run_id: {attempt_id:
+# TrainRunAttempt(status, status_detail, start_time_ns, end_time_ns, workers=[TrainWorker(
+# world_rank, local_rank, node_id, node_ip, pid, actor_id, status)])}} (pydantic models,
+# attempts in creation order). A failed attempt is ERRORED with status_detail
+# "[Rank 1 Error Snippet]:\n<traceback>" (WorkerGroupPollStatus.get_error_string); its
+# workers are all marked DEAD at the end, so the failed ranks are only in that text.
 TRAIN_ACTIVE = frozenset({"INITIALIZING", "SCHEDULING", "RUNNING", "RESTARTING", "RESIZING"})
 
 
-def train_runs(timeout: float = 5.0) -> list[dict[str, Any]]:
-    """Live Ray Train V2 runs with their current attempt's workers; [] without Train or runs."""
+def _value(obj: Any, name: str) -> Any:
+    """A field when this Ray has it (None otherwise); an enum as its value."""
+    v = getattr(obj, name, None)
+    return getattr(v, "value", v)
+
+
+def _worker_record(w: Any) -> dict[str, Any]:
+    return {k: _value(w, k) for k in ("world_rank", "local_rank", "node_id", "node_ip", "pid", "actor_id",
+                                      "status")}
+
+
+def _attempt_record(a: Any) -> dict[str, Any]:
+    out = {k: _value(a, k) for k in ("attempt_id", "status", "status_detail", "start_time_ns", "end_time_ns")}
+    out["workers"] = [_worker_record(w) for w in getattr(a, "workers", None) or []]
+    return out
+
+
+def train_run_records(run: str | None = None, timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Every Ray Train V2 run the state actor knows (or those whose name or id is `run`), each with
+    every attempt, oldest first, as plain dicts; [] without Train or its state actor. One call pair."""
     try:
         from ray.train.v2._internal.state.state_actor import get_state_actor
     except Exception:
@@ -106,22 +129,33 @@ def train_runs(timeout: float = 5.0) -> list[dict[str, Any]]:
     runs, attempts = ray.get([actor.get_train_runs.remote(), actor.get_train_run_attempts.remote()],
                              timeout=timeout)
     out = []
-    for run_id, run in runs.items():
-        status = getattr(run.status, "value", str(run.status))
-        if status not in TRAIN_ACTIVE:
+    for run_id, r in runs.items():
+        if run is not None and run not in (run_id, r.name):
             continue
-        latest = list((attempts.get(run_id) or {}).values())
-        workers = latest[-1].workers if latest else []
+        rec = {k: _value(r, k) for k in ("name", "job_id", "status", "status_detail", "start_time_ns",
+                                         "end_time_ns")}
+        rec["run_id"] = run_id
+        rec["attempts"] = [_attempt_record(a) for a in (attempts.get(run_id) or {}).values()]
+        out.append(rec)
+    return out
+
+
+def live_runs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The live runs among `train_run_records()` with their current attempt's workers (pure)."""
+    out = []
+    for r in records:
+        if r["status"] not in TRAIN_ACTIVE:
+            continue
+        workers = r["attempts"][-1]["workers"] if r["attempts"] else []
         out.append({
-            "run_id": run_id,
-            "name": run.name,
-            "job_id": run.job_id,
-            "status": status,
+            "run_id": r["run_id"], "name": r["name"], "job_id": r["job_id"], "status": r["status"],
             "world_size": len(workers),
-            "workers": [
-                {"world_rank": w.world_rank, "local_rank": w.local_rank, "node_id": w.node_id,
-                 "pid": w.pid, "actor_id": w.actor_id}
-                for w in workers
-            ],
+            "workers": [{k: w[k] for k in ("world_rank", "local_rank", "node_id", "pid", "actor_id")}
+                        for w in workers],
         })
     return out
+
+
+def train_runs(timeout: float = 5.0) -> list[dict[str, Any]]:
+    """Live Ray Train V2 runs with their current attempt's workers; [] without Train or runs."""
+    return live_runs(train_run_records(timeout=timeout))

@@ -9,6 +9,8 @@ import argparse
 import sys
 from typing import Any
 
+from raydbg.commands.base import add_gateway_args
+
 # The telemetry reader, the goodput report and json are imported by the commands that use them:
 # building the parser (every `raydbg` command) must not pay for them.
 
@@ -74,23 +76,55 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_runs(args: argparse.Namespace, run: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The Train runs `run` names with their attempts, from the gateway (Train's state actor),
+    and why there are none to show when the gateway could not be asked."""
+    import asyncio
+
+    from raydbg.client import GatewayError
+    from raydbg.commands.base import gateway_from_args
+    from raydbg.telemetry import attempts
+
+    try:
+        found = asyncio.run(gateway_from_args(args).train_runs())
+    except GatewayError as exc:
+        return [], str(exc)
+    return attempts.matching(found, run), None
+
+
 def cmd_goodput(args: argparse.Namespace) -> int:
     import json
 
-    from raydbg.telemetry import goodput
+    from raydbg.telemetry import attempts, goodput
     from raydbg.telemetry.goodput_report import goodput_report
 
+    report: goodput.Report | None = None
+    png = None
     try:
         png_path = None if args.no_png else (args.png or "raydbg-goodput-{run}.png")
         report, png = goodput_report(args.run, _dirs(args), args.rank, png_path)
+        no_spans = None
     except ValueError as exc:
-        return _fail(str(exc))
+        no_spans = str(exc)
+    runs, no_gateway = ([], "not asked (--no-attempts)") if args.no_attempts else _train_runs(
+        args, report.run if report else args.run)
+    if report is None and not runs:
+        return _fail(str(no_spans))
     if args.json:
-        print(json.dumps({**report.as_dict(), "png": png}, indent=2))
-    else:
+        head = report.as_dict() if report else {"run": args.run, "error": no_spans}
+        print(json.dumps({**head, "png": png, "train_runs": runs, "train_runs_error": no_gateway}, indent=2))
+        return 0
+    if report is not None:
         print(goodput.table(report))
         if png:
             print(f"timeline: {png}")
+    else:
+        print(f"raydbg: no goodput table: {no_spans}", file=sys.stderr)
+    for r in runs:
+        print("\n".join(attempts.run_lines(r)))
+    if not runs and not args.no_attempts:
+        why = no_gateway or "Ray Train's state knows no such run (it needs RAY_TRAIN_ENABLE_STATE_TRACKING=1)"
+        print(f"attempts: not shown: {why}", file=sys.stderr)
     return 0
 
 
@@ -112,4 +146,7 @@ def register(sub: Any) -> None:
     p.add_argument("--no-png", action="store_true", help="table only")
     p.add_argument("--dir", action="append", help="telemetry directory (repeatable)")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("--no-attempts", action="store_true",
+                   help="do not ask the cluster (the raydbg gateway) for the run's Train attempts")
+    add_gateway_args(p, json_flag=False)
     p.set_defaults(fn=cmd_goodput)

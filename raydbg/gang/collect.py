@@ -9,8 +9,9 @@ import asyncio
 import time
 from typing import Any
 
-from raydbg import dial, progress_records, registry
+from raydbg import _ray_internals, dial, progress_records, registry
 from raydbg.gang import classes, node, worker_labels
+from raydbg.telemetry import attempts
 
 AGENT_TIMEOUT_S = 15.0  # an agent's stacks: py-spy dumps of every worker on its node
 PROGRESS_TIMEOUT_S = 5.0  # an agent's progress records: one small file read per worker
@@ -18,12 +19,11 @@ TRAIN_WAIT_S = 1.0  # how long the merged answer waits for Train's state actor a
 
 
 def _train_runs() -> list[dict[str, Any]]:
-    from raydbg import _ray_internals
-
+    """Every run Train's state actor knows, with its attempts (one call; [] without it)."""
     try:
-        return _ray_internals.train_runs()
+        return _ray_internals.train_run_records()
     except Exception:
-        return []  # no Train state (or it is slow to answer): stacks without Train labels
+        return []  # no Train state (or it is slow to answer): stacks without Train labels or attempts
 
 
 async def merged_progress(token: str, self_node_id: str) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -90,9 +90,10 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
 
     progress, _, _ = await asyncio.gather(_progress(token, self_node_id), own_node(), other_nodes())
     try:
-        labels = worker_labels.train_labels(await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S))
+        records = await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S)
     except asyncio.TimeoutError:
-        labels = {}  # still importing Ray Train: this answer goes without its labels
+        records = []  # still importing Ray Train: this answer goes without its labels and attempts
+    labels = worker_labels.train_labels(_ray_internals.live_runs(records))
     for w in workers:
         worker_labels.apply_labels(w, labels.get((str(w.get("node_id")), int(w.get("pid") or 0))))
     if run is not None:
@@ -105,10 +106,14 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
         if w.get("error"):
             errors.append({"node_id": str(w.get("node_id")), "pid": w.get("pid"), "error": w["error"]})
     dumped = [w for w in workers if w.get("threads")]
+    runs = classes.runs(workers, progress)
+    summaries = attempts.summarize(records)
+    for r in runs:
+        r["attempts"] = attempts.attempts_of(summaries, r["run"], r["job_id"])
     return {
         "workers": workers,
         "classes": classes.group(dumped),
-        "runs": classes.runs(workers, progress),
+        "runs": runs,
         "errors": errors,
         "took_s": round(time.monotonic() - start, 4),
     }

@@ -8,6 +8,7 @@ from typing import Any
 
 from raydbg.gang import classes, collectives, frames
 from raydbg.gang.ranks import rank_ranges
+from raydbg.telemetry.attempts import attempt_line
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -34,6 +35,7 @@ def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
                and w.get("threads")]
     size = run["world_size"]
     lines = [f"run {run['run']}  world size {size}  (job {run['job_id']})"]
+    lines += [f"  {attempt_line(a)}" for a in run.get("attempts") or []]  # Train's restarts, oldest first
     for cls in classes.group(members):
         ranks = [int(m["world_rank"]) for m in cls["members"]]
         tag = "  [in a collective]" if cls["in_collective"] else ""

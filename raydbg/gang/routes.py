@@ -10,6 +10,7 @@
   GET  /api/v1/progress/local           this node's progress beats
   GET  /api/v1/progress                 every node's (gateway only)
   GET  /api/v1/steps?job=ID&run=NAME    per Train run, each rank's recent step times (gateway only)
+  GET  /api/v1/train/runs               every Ray Train run with its attempts (gateway only)
 """
 
 from __future__ import annotations
@@ -20,10 +21,13 @@ from typing import Any
 
 from aiohttp import web
 
-from raydbg import progress_records, registry, validate
+from raydbg import _ray_internals, progress_records, registry, validate
 from raydbg.agent.server import AgentServer
 from raydbg.gang import collect, hang_service, node, pause, stragglers
+from raydbg.telemetry import attempts
 from raydbg.worker import resume
+
+TRAIN_STATE_TIMEOUT_S = 10.0  # its first lookup from the gateway imports Ray Train (seconds when loaded)
 
 
 def _flag(request: web.Request, name: str, default: bool) -> bool:
@@ -95,9 +99,17 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
             use_pyspy=_flag(request, "pyspy", True), use_thread=_flag(request, "thread", True))
         return web.json_response(answer)
 
+    async def train_runs(request: web.Request) -> web.Response:
+        try:
+            records = await asyncio.to_thread(_ray_internals.train_run_records, None, TRAIN_STATE_TIMEOUT_S)
+        except Exception as exc:  # the state actor did not answer: say so, the client goes on without
+            return web.json_response({"error": f"Ray Train's state actor: {exc or type(exc).__name__}"},
+                                     status=503)
+        return web.json_response({"runs": attempts.summarize(records)})
+
     out = [web.get("/api/v1/node/stacks", node_stacks)]
     if agent.is_head:
-        out.append(web.get("/api/v1/stacks", cluster_stacks))
+        out += [web.get("/api/v1/stacks", cluster_stacks), web.get("/api/v1/train/runs", train_runs)]
     return out
 
 

@@ -1,0 +1,106 @@
+"""A Ray Train run that restarts (real Ray, gloo on CPU): rank 1 raises on the first attempt only,
+`FailureConfig(max_failures=1)` starts a second that finishes. `raydbg stacks --run` (while the
+second attempt runs) and `raydbg goodput` (after) name attempt 1's failed rank, its node and the
+error's first line, and attempt 2's status, from Ray Train's state actor."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from e2e import gang_targets, restart_targets
+from e2e.conftest import Cluster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+RUN = "restarts-once"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    # Train's state actor (the attempts' source) exists only with state tracking on in the driver.
+    env = {"RAY_TRAIN_ENABLE_STATE_TRACKING": "1", **gang_targets.TRAIN_CLUSTER_ENV}
+    with Cluster(num_cpus=4, env=env, by_value=(restart_targets,)) as c:
+        c.up()
+        yield c
+
+
+def _fit(tmp_path: Path) -> tuple[threading.Thread, dict[str, Any]]:
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    trainer = TorchTrainer(
+        restart_targets.fail_once,
+        train_loop_config={"marker": str(tmp_path / "failed"), "release": str(tmp_path / "release")},
+        torch_config=TorchConfig(backend="gloo"),
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name=RUN, storage_path=str(tmp_path), failure_config=FailureConfig(max_failures=1)),
+    )
+    out: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            out["result"] = trainer.fit()
+        except BaseException as exc:  # the test reports it
+            out["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def _stacks_until(c: Cluster, ready: Any, timeout: float = 180) -> str:
+    """`raydbg stacks --run RUN` until `ready(text)` (the second attempt up, its workers dumped)."""
+    deadline, text = time.monotonic() + timeout, ""
+    while time.monotonic() < deadline:
+        out = c.cli("stacks", "--run", RUN, timeout=90)
+        text = out.stdout + out.stderr
+        if out.returncode == 0 and ready(text):
+            return text
+        time.sleep(1.0)
+    raise AssertionError(f"`raydbg stacks --run {RUN}` never showed both attempts:\n{text}")
+
+
+def _line(text: str, part: str) -> str:
+    return next((ln for ln in text.splitlines() if part in ln), "")
+
+
+def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path) -> None:
+    c = cluster
+    node_id = c.head_node_id()
+    thread, out = _fit(tmp_path)
+    try:
+        text = _stacks_until(c, lambda t: "RUNNING" in _line(t, "attempt 2 "))
+        print(text)  # shown with -rP: the report a user sees
+        line = _line(text, "attempt 1 ")
+        assert "ERRORED" in line and "rank 1 on " in line and f"(node {node_id[:12]})" in line, text
+        assert line.endswith(f"RuntimeError: {restart_targets.FAILURE}"), text
+    finally:
+        (tmp_path / "release").write_text("go")
+        thread.join(240)
+    assert not thread.is_alive() and "error" not in out, out
+    assert out["result"].error is None, out["result"].error
+
+    empty = tmp_path / "no-telemetry"  # no spans: goodput prints the attempts alone
+    empty.mkdir()
+    shown = c.cli("goodput", RUN, "--no-png", "--dir", str(empty), timeout=90)
+    assert shown.returncode == 0, shown.stderr
+    print(shown.stdout)
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith(f"Train run {RUN} ") and lines[0].endswith("FINISHED"), shown.stdout
+    assert _line(shown.stdout, "attempt 1 ").endswith(f"RuntimeError: {restart_targets.FAILURE}"), shown.stdout
+    assert "FINISHED" in _line(shown.stdout, "attempt 2 "), shown.stdout
+
+    answer = json.loads(c.cli("goodput", RUN, "--no-png", "--dir", str(empty), "--json", timeout=90).stdout)
+    (run,) = answer["train_runs"]
+    first, second = run["attempts"]
+    assert [f["world_rank"] for f in first["failed"]] == [1] and first["failed"][0]["node_id"] == node_id
+    assert first["status"] == "ERRORED" and first["error"] == f"RuntimeError: {restart_targets.FAILURE}"
+    assert second["status"] == "FINISHED" and second["failed"] == [] and second["ended"] >= second["started"]
+    assert first["ended"] <= second["started"]
