@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from raydbg import _ray_internals, dial, progress_records, registry
-from raydbg.gang import classes, node, worker_labels
+from raydbg.gang import classes, node, pyspy, worker_labels
 from raydbg.telemetry import attempts
 
 AGENT_TIMEOUT_S = 15.0  # an agent's stacks: py-spy dumps of every worker on its node
@@ -83,7 +83,8 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
 
     async def other_nodes() -> None:
         answers, failed = await dial.ask_agents("/api/v1/node/stacks", _query(None, job, run, native, use_pyspy, use_thread),
-                                                token=token, skip_node_id=self_node_id, timeout_s=AGENT_TIMEOUT_S)
+                                                token=token, skip_node_id=self_node_id,
+                                                timeout_s=AGENT_TIMEOUT_S + (pyspy.NATIVE_TIMEOUT_S if native else 0))
         for body in answers:
             workers.extend(body.get("workers") or [] if isinstance(body, dict) else [])
         errors.extend(failed)

@@ -49,7 +49,8 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
     if use_pyspy and "threads" not in w:
         try:
             async with pyspy_slots or asyncio.Semaphore(1):
-                w["threads"], w["source"] = await pyspy.dump(pid, native, timeout), "py-spy"
+                took = max(timeout, pyspy.NATIVE_TIMEOUT_S) if native else timeout
+                w["threads"], w["source"] = await pyspy.dump(pid, native, took), "py-spy"
         except pyspy.StackError as exc:
             errors.append(pyspy_error := str(exc))
     if "threads" not in w:

@@ -12,6 +12,9 @@ from typing import Any
 from raydbg.gang.frames import Frame
 
 DEFAULT_TIMEOUT_S = 5.0
+# --native unwinds every thread's C stack too: seconds per worker on a loaded machine
+# (5 s was exceeded by all 4 Train workers of tests/e2e/test_gang_stacks.py at load 28).
+NATIVE_TIMEOUT_S = 12.0
 
 
 class StackError(Exception):

@@ -202,6 +202,20 @@ def test_no_pyspy_flag_asks_only_the_handler(cluster: Cluster, stuck_run: dict[s
     assert all("pyspy_error" not in w for w in answer["workers"])  # not tried, so not failed
 
 
+def test_native_frames_come_with_native(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
+    answer = wait_settled(cluster, "--native")
+    assert [w.get("pyspy_error") for w in answer["workers"]] == [None] * WORKERS, answer["workers"][0].get("pyspy_error")
+    assert [w["source"] for w in answer["workers"]] == ["py-spy"] * WORKERS  # the stacks thread has no C frames
+    assert answer["runs"][0]["not_waiting"] == [ODD] and answer["errors"] == []
+    # py-spy --native: the C/C++ frames below the Python ones (gloo's wait in the collective).
+    for w in answer["workers"]:
+        files = {f["file"] for t in w["threads"] for f in t["frames"]}
+        assert any(not f.endswith(".py") for f in files), sorted(files)[:20]
+    plain = wait_settled(cluster)
+    assert all(f["file"].endswith(".py") or f["file"].startswith("<")
+               for w in plain["workers"] for t in w["threads"] for f in t["frames"]), "native frames without --native"
+
+
 def test_stacks_of_a_job(cluster: Cluster, stuck_run: dict[str, Any]) -> None:
     import ray
 
