@@ -89,11 +89,13 @@ def _own_version() -> str:
 
 
 def versions_line() -> str:
-    """`raydbg --version`: raydbg's, Ray's and debugpy's versions (read without importing them)."""
+    """`raydbg --version`: raydbg's, Ray's, debugpy's and Python's versions (read without importing them)."""
+    import platform
+
     try:
         debugpy = metadata.version("debugpy")
     except metadata.PackageNotFoundError:
         debugpy = "not installed"
     ray = ray_version() or "not installed"
     note = "" if supported(ray_version()) else f" (unsupported: raydbg needs ray{range_text()})"
-    return f"raydbg {_own_version()}, ray {ray}{note}, debugpy {debugpy}"
+    return f"raydbg {_own_version()}, ray {ray}{note}, debugpy {debugpy}, python {platform.python_version()}"

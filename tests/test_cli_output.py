@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -87,15 +88,19 @@ def test_prefix_resolution() -> None:
         resolve(" ", ids)
 
 
-def test_version_prints_raydbg_ray_and_debugpy() -> None:
+def test_version_prints_raydbg_ray_debugpy_and_python() -> None:
+    """Without a cluster (RAY_ADDRESS at nothing): one line, no agents' block, no error."""
+    import platform
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAYDBG_GATEWAY",)}
+    env["RAY_ADDRESS"] = "127.0.0.1:1"
     out = subprocess.run([sys.executable, "-m", "raydbg", "--version"], capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
     from importlib import metadata
 
-    line = out.stdout.strip()
-    assert line == (f"raydbg {metadata.version('raydbg')}, ray {metadata.version('ray')}, "
-                    f"debugpy {metadata.version('debugpy')}")
+    assert out.stdout == (f"raydbg {metadata.version('raydbg')}, ray {metadata.version('ray')}, "
+                          f"debugpy {metadata.version('debugpy')}, python {platform.python_version()}\n")
 
 
 def test_supported_range() -> None:
