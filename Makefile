@@ -67,7 +67,7 @@ test-matrix-%: .venv-%/.installed
 
 # All entries, then docs/support.md from what they ran.
 test-matrix: $(addprefix test-matrix-,$(MATRIX))
-	$(BIN)/python tests/version_matrix.py render $(MATRIX_RESULTS) > docs/support.md
+	$(PY) tests/version_matrix.py render $(MATRIX_RESULTS) > docs/support.md  # stdlib only
 
 # npm ci first: the Python tests of the extension need its node_modules.
 test: $(STAMP) lint vscode-test
