@@ -42,8 +42,12 @@ FEATURES: list[tuple[str, list[str]]] = [
         f"{CORE}::test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets"]),
     ("trace span from driver to task and actor (OTLP)", [
         "tests/test_telemetry_otlp_ray.py::test_spans_cross_ray_task_boundary"]),
-    ("`raydbg stacks` on a 2-rank Train run", [f"{E2E}/test_gang_stacks.py::test_stacks_name_the_odd_rank"]),
-    ("hang event of a stuck Train run", [f"{E2E}/test_gang_train.py::test_hang_event_fires_once_for_a_stuck_run"]),
+    ("`raydbg stacks` and the hang event of a stuck 2-rank Train run (generic backend)", [
+        f"{E2E}/test_train_generic.py::test_stacks_and_the_hang_event_of_a_stuck_run_without_torch"]),
+    ("`raydbg stacks` on a 2-rank Train run (torch backend, gloo)", [
+        f"{E2E}/test_gang_stacks.py::test_stacks_name_the_odd_rank"]),
+    ("hang event of a stuck Train run (torch backend, gloo)", [
+        f"{E2E}/test_gang_train.py::test_hang_event_fires_once_for_a_stuck_run"]),
     ("armed breakpoints (`raydbg break add`)", [f"{E2E}/test_armed_breakpoints.py"]),
     ("armed breakpoints' layers (sys.monitoring on Python 3.12+, else sys.settrace)", [
         "tests/test_breakpoints_model.py", "tests/test_breakpoints_layers.py", "tests/test_breakpoints_store.py"]),
