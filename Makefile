@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-py312 lint vscode-test install clean
+.PHONY: demo test test-matrix lint vscode-test install clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -27,28 +27,57 @@ lint: $(STAMP)
 vscode-test:
 	cd vscode-ext && npm ci --no-audit --no-fund && npm test
 
-# Python 3.12: armed breakpoints' sys.monitoring layer, in a second, light venv (raydbg
-# without the SD extra). PY312=/path/to/python3.12 overrides the search.
-PY312 ?= $(shell for p in python3.12 $$HOME/.pyenv/versions/3.12*/bin/python3.12; do \
+# The version matrix (docs/support.md): each entry a light venv (raydbg without the SD extra)
+# on one Ray and one Python, running only the tests that touch Ray internals or differ by
+# version (tests/version_matrix.py names them); the main suite stays on .venv (3.11, Ray
+# 2.60). PY310=/PY312=/PY313=/path/to/python3.x override where the Pythons are found.
+find_python = $(shell for p in python$(1) $$HOME/.pyenv/versions/$(1).*/bin/python$(1); do \
 	$$p -c 'import sys; print(sys.executable)' 2>/dev/null && break; done)
-VENV312 := .venv312
-STAMP312 := $(VENV312)/.installed
-PY312_TESTS := tests/test_breakpoints_model.py tests/test_breakpoints_layers.py tests/test_breakpoints_store.py \
-	tests/e2e/test_armed_breakpoints.py
+PY310 ?= $(call find_python,3.10)
+PY312 ?= $(call find_python,3.12)
+PY313 ?= $(call find_python,3.13)
+MATRIX ?= ray251-py310 ray255-py313 ray260-py312
+RAY_ray251-py310 := 2.51.2
+PYTHON_ray251-py310 = $(PY310)
+RAY_ray255-py313 := 2.55.1
+PYTHON_ray255-py313 = $(PY313)
+RAY_ray260-py312 := 2.60.0
+PYTHON_ray260-py312 = $(PY312)
+MATRIX_RESULTS := build/matrix
 
-$(STAMP312): pyproject.toml setup.py
-	@test -n "$(PY312)" || { echo "python3.12 not found: set PY312=/path/to/python3.12"; exit 1; }
-	test -x $(VENV312)/bin/python || $(PY312) -m venv $(VENV312)
-	$(VENV312)/bin/pip install -q -e . 'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0'
-	touch $(STAMP312)
+.PRECIOUS: .venv-%/.installed
+.venv-%/.installed: pyproject.toml setup.py
+	@test -n "$(RAY_$*)" || { echo "no matrix entry $*: one of $(MATRIX)"; exit 1; }
+	@test -n "$(PYTHON_$*)" || { echo "no Python for $*: set PY3xx=/path/to/python3.x"; exit 1; }
+	test -x .venv-$*/bin/python || $(PYTHON_$*) -m venv .venv-$*
+	# No torch: the registry has only CUDA builds (GBs) for these Pythons; Train's torch
+	# tests skip there and docs/support.md says so.
+	.venv-$*/bin/pip install -q -e . 'ray[default,data,train]==$(RAY_$*)' \
+		'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0'
+	touch $@
 
-test-py312: $(STAMP312)
-	$(VENV312)/bin/python -m pytest -q -p no:cacheprovider $(PY312_TESTS)
+# One entry: its results (JUnit XML, versions) in build/matrix/ and its wall time.
+test-matrix-%: .venv-%/.installed
+	@mkdir -p $(MATRIX_RESULTS)
+	.venv-$*/bin/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/$*.json
+	@start=$$(date +%s); \
+	.venv-$*/bin/python -m pytest -q -rs -p no:cacheprovider --junitxml=$(MATRIX_RESULTS)/$*.xml \
+		$$(.venv-$*/bin/python tests/version_matrix.py ids); rc=$$?; \
+	echo "matrix $*: $$(( $$(date +%s) - start )) s wall, rc $$rc"; exit $$rc
+
+# All entries (each runs even when one before it failed), then docs/support.md from what
+# they ran (stdlib only); fails when any entry failed.
+test-matrix:
+	@rc=0; for entry in $(MATRIX); do $(MAKE) --no-print-directory test-matrix-$$entry || rc=1; done; \
+	$(PY) tests/version_matrix.py render $(MATRIX_RESULTS) > docs/support.md; \
+	echo "docs/support.md rendered from $(MATRIX_RESULTS)"; exit $$rc
 
 # npm ci first: the Python tests of the extension need its node_modules.
 test: $(STAMP) lint vscode-test
-	$(BIN)/python -m pytest -q -rs --durations=20 tests
-	$(MAKE) test-py312
+	@mkdir -p $(MATRIX_RESULTS)
+	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
+	$(BIN)/python -m pytest -q -rs --durations=20 --junitxml=$(MATRIX_RESULTS)/main.xml tests
+	$(MAKE) test-matrix
 
 clean:
-	rm -rf $(VENV) $(VENV312)
+	rm -rf $(VENV) $(addprefix .venv-,$(MATRIX)) $(MATRIX_RESULTS)

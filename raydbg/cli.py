@@ -94,12 +94,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         print_json(status)
         return 0
+    from raydbg.commands import versions
+
     print(f"raydbg {status['version']} active: gateway {status['gateway']} "
           f"(ray {status['ray_version']}, debugpy {status['debugpy_version']})")
+    print(versions.client_line())
     print(f"paused sessions: {status['sessions']}")
     for agent in status["agents"]:
         head = " (head)" if agent.get("is_head") else ""
-        print(f"  agent {agent['node_id'][:12]} {agent['node_ip']}:{agent['port']} pid {agent['pid']}{head}")
+        ray, python = versions.agent_versions(agent)
+        print(f"  agent {agent['node_id'][:12]} {agent['node_ip']}:{agent['port']} pid {agent['pid']}{head}"
+              f" ray {ray}, python {python}")
         if agent.get("started_by"):
             started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(agent.get("started_at") or 0)))
             print(f"    started by {agent['started_by']} at {started}")
@@ -108,6 +113,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         print(f"    memory monitor: {mon.get('state')}{why}")
         if agent.get("metrics_url"):
             print(f"    metrics: {agent['metrics_url']} (bearer token: the same as for raydbg clients)")
+    for line in versions.notes(status):  # versions that differ, what the cluster's Ray lacks
+        print(line)
     return 0
 
 
@@ -353,14 +360,30 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
         from raydbg import compat
+        from raydbg.commands import versions
 
         parser._print_message(compat.versions_line() + "\n", sys.stdout)
+        status = _cluster_status_if_any()
+        if status is not None:
+            parser._print_message("".join(f"{x}\n" for x in versions.lines(status)), sys.stdout)
         parser.exit()
+
+
+def _cluster_status_if_any() -> dict[str, Any] | None:
+    """The gateway's status for `--version`, when this machine's files name raydbg's gateway
+    (RAY_ADDRESS's cluster or the local one); None, quietly, otherwise: --version never
+    waits on a cluster that is not there."""
+    from raydbg.client import Gateway
+
+    try:
+        return dict(Gateway.discover(ask_gcs=False).call("GET", "/api/v1/status", timeout=5))
+    except Exception:
+        return None
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="raydbg", description=__doc__)
-    parser.add_argument("--version", action=_VersionAction, help="print raydbg's, Ray's and debugpy's versions")
+    parser.add_argument("--version", action=_VersionAction, help="print raydbg's, Ray's, debugpy's and Python's versions, and those of the cluster's agents")
     sub = parser.add_subparsers(dest="command", required=True)
     for register in REGISTRARS:
         register(sub)

@@ -89,8 +89,9 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def find_gateway(address: str | None = None) -> str:
-    """--address, RAYDBG_GATEWAY, the cluster at RAY_ADDRESS, else the local Ray session."""
+def find_gateway(address: str | None = None, ask_gcs: bool = True) -> str:
+    """--address, RAYDBG_GATEWAY, the cluster at RAY_ADDRESS, else the local Ray session.
+    ask_gcs=False: only what this machine's files say (never waits on an absent GCS)."""
     if address:
         return address
     if os.environ.get("RAYDBG_GATEWAY"):
@@ -98,7 +99,7 @@ def find_gateway(address: str | None = None) -> str:
     ray_address = os.environ.get("RAY_ADDRESS", "")
     if ray_address and ray_address != "auto" and "://" not in ray_address:
         found = (_local_gateway_file(LOCAL_SESSION, gcs_address=ray_address)
-                 or _local_gateway_index(ray_address) or _gateway_from_gcs(ray_address))
+                 or _local_gateway_index(ray_address) or (ask_gcs and _gateway_from_gcs(ray_address)))
         if found:
             return found
         raise GatewayError(f"raydbg is not active on the cluster at {ray_address}: run `raydbg up`")
@@ -107,7 +108,7 @@ def find_gateway(address: str | None = None) -> str:
         return found
     gcs = _local_gcs_address()
     if gcs:
-        found = _local_gateway_index(gcs) or _gateway_from_gcs(gcs)
+        found = _local_gateway_index(gcs) or (ask_gcs and _gateway_from_gcs(gcs))
         if found:
             return found
         raise GatewayError("raydbg is not active on the local Ray cluster: run `raydbg up`")
@@ -120,8 +121,9 @@ class Gateway:
     token: str
 
     @classmethod
-    def discover(cls, address: str | None = None, token_file: str | None = None) -> Gateway:
-        gateway = find_gateway(address)
+    def discover(cls, address: str | None = None, token_file: str | None = None,
+                 ask_gcs: bool = True) -> Gateway:
+        gateway = find_gateway(address, ask_gcs)
         try:
             # The token that belongs to this gateway: never another cluster's.
             token = auth.client_token(token_file, gateway)

@@ -11,8 +11,10 @@ import re
 import sys
 from importlib import metadata
 
-# Inclusive bounds of the Ray releases raydbg is tested on (pyproject.toml says the same).
-SUPPORTED_RAY = ("2.60.0", "2.60.0")
+# The Ray releases raydbg is tested on (pyproject.toml says the same, `make test` runs the
+# matrix): from the lower bound on, and every patch release of the upper bound's minor.
+# The upper bound follows the newest tested release.
+SUPPORTED_RAY = ("2.51.0", "2.60.0")
 
 _warned: list[str] = []  # where it was said: once per process
 
@@ -34,16 +36,23 @@ def _key(version: str) -> tuple[int, ...]:
 
 
 def supported(version: str) -> bool:
-    """True for a release inside SUPPORTED_RAY (pre-releases and dev builds of the bounds count)."""
+    """True for a release inside SUPPORTED_RAY: any patch of the upper bound's minor counts,
+    and so do pre-releases and dev builds of the bounds."""
     if not version:
         return False
     low, high = SUPPORTED_RAY
-    return _key(low) <= _key(version) <= _key(high)
+    return _key(low) <= _key(version) < _next_minor(high)
+
+
+def _next_minor(version: str) -> tuple[int, ...]:
+    major, minor, _ = _key(version)
+    return (major, minor + 1, 0)
 
 
 def range_text() -> str:
     low, high = SUPPORTED_RAY
-    return f"=={low}" if low == high else f">={low},<={high}"
+    major, minor, _ = _next_minor(high)
+    return f">={low},<{major}.{minor}"
 
 
 def problem(version: str | None = None) -> str | None:
@@ -80,11 +89,13 @@ def _own_version() -> str:
 
 
 def versions_line() -> str:
-    """`raydbg --version`: raydbg's, Ray's and debugpy's versions (read without importing them)."""
+    """`raydbg --version`: raydbg's, Ray's, debugpy's and Python's versions (read without importing them)."""
+    import platform
+
     try:
         debugpy = metadata.version("debugpy")
     except metadata.PackageNotFoundError:
         debugpy = "not installed"
     ray = ray_version() or "not installed"
     note = "" if supported(ray_version()) else f" (unsupported: raydbg needs ray{range_text()})"
-    return f"raydbg {_own_version()}, ray {ray}{note}, debugpy {debugpy}"
+    return f"raydbg {_own_version()}, ray {ray}{note}, debugpy {debugpy}, python {platform.python_version()}"

@@ -185,6 +185,8 @@ AGENT: Schema = {
     "port": (integer(1, 65535), True, None),
     "pid": (_PID, False, None),
     "version": (text(64), False, ""),
+    "python": (text(64), False, ""),  # the node's Python and Ray versions (`raydbg status`)
+    "ray": (text(64), False, ""),
     "is_head": (boolean, False, False),
     "started_at": (number, False, 0.0),
     "heartbeat": (optional(number), False, None),

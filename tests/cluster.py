@@ -12,6 +12,7 @@ test clusters too).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import random
@@ -29,6 +30,7 @@ from types import ModuleType
 from typing import Any
 
 import psutil
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 RAYDBG = [sys.executable, "-m", "raydbg"]
@@ -48,6 +50,13 @@ FAST_NODE_DEATH: dict[str, Any] = {
 
 
 RAY_START_TIMED_OUT = "timed out during startup"
+
+# Ray Train's torch backend needs torch. The version matrix's light venvs (Pythons other than
+# 3.11) go without: the registry has only CUDA builds of torch for them, several GB each.
+needs_torch = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None,
+    reason="no torch in this venv: the registry has only CUDA builds (several GB) for this "
+           "Python, so the version matrix's light venvs run without Ray Train's torch backend")
 
 
 def node_death_bound_s(config: dict[str, Any]) -> float:
@@ -158,8 +167,10 @@ def _forget_ray_auth_state() -> None:
     RAY_AUTH_MODE=disabled (or another HOME), the next one would start with token auth
     while this driver still talks without a token ("InvalidAuthToken", seen in CI).
     """
-    from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
-
+    try:
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
+    except ImportError:  # Ray 2.51: no token authentication, nothing cached
+        return
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
 

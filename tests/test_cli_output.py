@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from typing import Any
@@ -87,28 +88,35 @@ def test_prefix_resolution() -> None:
         resolve(" ", ids)
 
 
-def test_version_prints_raydbg_ray_and_debugpy() -> None:
+def test_version_prints_raydbg_ray_debugpy_and_python() -> None:
+    """Without a cluster (RAY_ADDRESS at nothing): one line, no agents' block, no error."""
+    import platform
+
+    env = {k: v for k, v in os.environ.items() if k not in ("RAYDBG_GATEWAY",)}
+    env["RAY_ADDRESS"] = "127.0.0.1:1"
     out = subprocess.run([sys.executable, "-m", "raydbg", "--version"], capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
     from importlib import metadata
 
-    line = out.stdout.strip()
-    assert line == (f"raydbg {metadata.version('raydbg')}, ray {metadata.version('ray')}, "
-                    f"debugpy {metadata.version('debugpy')}")
+    assert out.stdout == (f"raydbg {metadata.version('raydbg')}, ray {metadata.version('ray')}, "
+                          f"debugpy {metadata.version('debugpy')}, python {platform.python_version()}\n")
 
 
 def test_supported_range() -> None:
     assert compat.supported("2.60.0") and compat.supported("2.60.0rc1")
-    assert not compat.supported("2.59.0") and not compat.supported("2.61.0")
-    assert not compat.supported("") and not compat.supported("3.0.0")
+    assert compat.supported("2.51.0") and compat.supported("2.55.1") and compat.supported("2.60.3")
+    assert not compat.supported("2.50.1") and not compat.supported("2.61.0")
+    assert not compat.supported("2.61.0rc1") and not compat.supported("2.61.0.dev0")
+    assert not compat.supported("") and not compat.supported("3.0.0") and not compat.supported("1.60.0")
+    assert compat.range_text() == ">=2.51.0,<2.61"
     assert compat.problem(compat.SUPPORTED_RAY[0]) is None
 
 
 @pytest.fixture
 def other_ray(monkeypatch: pytest.MonkeyPatch) -> None:
-    """This process reads Ray's version as 2.59.0 (the check's only input)."""
-    monkeypatch.setattr(compat, "ray_version", lambda: "2.59.0")
+    """This process reads Ray's version as 2.50.1 (the check's only input)."""
+    monkeypatch.setattr(compat, "ray_version", lambda: "2.50.1")
     monkeypatch.setattr(compat, "_warned", [])
     monkeypatch.setenv("RAY_DEBUG", "1")
     monkeypatch.delenv("RAYDBG_DISABLE", raising=False)
@@ -125,7 +133,7 @@ def test_outside_the_range_one_line_and_breakpoint_stays_builtin(
     activation.worker_setup_hook()  # a worker: nothing installed, no exception
     activation.worker_setup_hook()
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "found Ray 2.59.0" in err and "ray==2.60.0" in err
+    assert err.count("\n") == 1 and "found Ray 2.50.1" in err and "ray>=2.51.0,<2.61" in err
     assert sys.breakpointhook is sys.__breakpointhook__
     # The built-in hook honours PYTHONBREAKPOINT, which Ray points at its own debugger.
     called: list[int] = []
@@ -142,8 +150,8 @@ def _record_breakpoint() -> None:
 def test_up_refuses_an_unsupported_ray_in_one_line(other_ray: None) -> None:
     out = subprocess.run(
         [sys.executable, "-c",
-         "import sys; from raydbg import compat; compat.ray_version = lambda: '2.59.0'; "
+         "import sys; from raydbg import compat; compat.ray_version = lambda: '2.61.0'; "
          "from raydbg.cli import main; sys.exit(main(['up']))"],
         capture_output=True, text=True, timeout=60)
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
-    assert "found Ray 2.59.0" in out.stderr and "Traceback" not in out.stderr
+    assert "found Ray 2.61.0" in out.stderr and "Traceback" not in out.stderr

@@ -82,11 +82,14 @@ def test_no_module_but_the_adapter_uses_ray_private_modules() -> None:
     assert found == {}, "move these behind raydbg/_ray_internals/: " + repr(found)
 
 
-def test_the_adapter_names_the_ray_version_it_was_written_for() -> None:
+def test_the_adapter_names_the_ray_versions_it_was_written_for() -> None:
     from raydbg import _ray_internals, compat
 
-    assert _ray_internals.RAY_VERSION_WRITTEN_FOR in (_ray_internals.__doc__ or "").splitlines()[0]
-    assert compat.supported(_ray_internals.RAY_VERSION_WRITTEN_FOR)
+    low, high = _ray_internals.RAY_VERSIONS_WRITTEN_FOR
+    assert f"{low} to {high[:-1]}x" in (_ray_internals.__doc__ or "").splitlines()[0]
+    assert compat.SUPPORTED_RAY == (low, high)
+    for module in ADAPTER.glob("*.py"):  # each module says which Rays it was written for
+        assert module.name == "__init__.py" or "Written for Ray 2.51.x to 2.60.x" in module.read_text(), module
     # The check sees what it must: the adapter itself is full of private uses.
     assert len([u for p in ADAPTER.rglob("*.py") for u in private_uses(p.read_text())]) >= 5
 

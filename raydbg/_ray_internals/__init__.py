@@ -1,4 +1,6 @@
-"""Ray's private modules and internals raydbg patches or reads, in one package (written for Ray 2.60.0).
+"""Ray's private modules and internals raydbg patches or reads, in one package (written for Ray 2.51.0 to 2.60.x).
+
+Where those releases differ, a module detects what Ray has, never reads its version.
 
 Everything else in raydbg uses Ray's public API. When Ray changes, this is the package to
 check: each module's docstring names the Ray version it was written for and the private
@@ -15,7 +17,8 @@ imports a private Ray module or reads `_x` of a Ray name.
   process.py         this process as Ray knows it: mode, session dir, node, running task
   post_mortem.py     Ray's task-error path routed to raydbg
   gcs.py             GCS without ray.init: client, GlobalState, task events, live actors
-  authentication.py  Ray's own token
+  authentication.py  Ray's own token, and whether this Ray has token authentication
+  features.py        what this Ray lacks of what raydbg would use (`raydbg status`)
 
 Everyone else imports this package, not its modules: `from raydbg import _ray_internals`.
 
@@ -42,7 +45,8 @@ from raydbg._ray_internals.activation import (
     before_ray_shutdown,
     is_worker_process,
 )
-from raydbg._ray_internals.authentication import ray_auth_token
+from raydbg._ray_internals.authentication import ray_auth_token, token_auth_in_ray
+from raydbg._ray_internals.features import missing_features
 from raydbg._ray_internals.gcs import alive_actor_rows, all_task_events, gcs_client, gcs_state
 from raydbg._ray_internals.post_mortem import POST_MORTEM_MODULES, route_post_mortem
 from raydbg._ray_internals.process import (
@@ -75,11 +79,12 @@ from raydbg._ray_internals.train import (
     wrap_train_report,
 )
 
-RAY_VERSION_WRITTEN_FOR = "2.60.0"
+# The Ray releases this package was written for (compat.SUPPORTED_RAY: the tested range).
+RAY_VERSIONS_WRITTEN_FOR = ("2.51.0", "2.60.0")
 
 __all__ = [
     "POST_MORTEM_MODULES",
-    "RAY_VERSION_WRITTEN_FOR",
+    "RAY_VERSIONS_WRITTEN_FOR",
     "SETUP_HOOK_ENV",
     "TORCH_CONFIG_MODULE",
     "TRACING_HELPER_MODULE",
@@ -101,12 +106,14 @@ __all__ = [
     "gcs_state",
     "is_worker_process",
     "live_runs",
+    "missing_features",
     "node_identity",
     "ray_auth_token",
     "route_post_mortem",
     "session_dir",
     "task_tracing_enabled",
     "train_run_records",
+    "token_auth_in_ray",
     "train_runs",
     "unwrap_task_submit",
     "worker_mode",

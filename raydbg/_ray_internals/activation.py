@@ -1,7 +1,7 @@
 """Where raydbg gets into Ray's processes: a worker's setup hook and first function, a
 driver's connect.
 
-Written for Ray 2.60.0. Relies on: the environment variable
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on: the environment variable
 `__RAY_WORKER_PROCESS_SETUP_HOOK_ENV_VAR` that default_worker.py reads, `RAY_RAYLET_PID`
 in a worker's environment, `ray._private.function_manager.FunctionActorManager.
 get_execution_info`, `ray._private.worker._post_init_hooks`, and the driver's

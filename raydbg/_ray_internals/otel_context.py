@@ -1,7 +1,7 @@
 """Whether an OpenTelemetry span or baggage is current, without importing OpenTelemetry.
 
 What raydbg's Ray tracing shortcuts ask before each task call (tracing.py, task_submit.py).
-Written for Ray 2.60.0 with the rest of the package, but relies on no Ray internal:
+Written for Ray 2.51.x to 2.60.x with the rest of the package, but relies on no Ray internal:
 OpenTelemetry's public `opentelemetry.context.get_current()` only.
 """
 

@@ -1,6 +1,6 @@
 """Ray's task-error path routed to raydbg's post-mortem (RAY_DEBUG_POST_MORTEM=1).
 
-Written for Ray 2.60.0. Relies on `ray.util.rpdb._post_mortem` and
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on `ray.util.rpdb._post_mortem` and
 `ray.util.debugpy._post_mortem`, which `execute_task` in _raylet.pyx reaches from its
 `except` clause.
 """

@@ -1,7 +1,7 @@
 """This process as Ray's worker object knows it: driver or worker, session directory,
 node, running task.
 
-Written for Ray 2.60.0. Relies on `ray._private.worker`'s `global_worker` (`mode`,
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on `ray._private.worker`'s `global_worker` (`mode`,
 `node`, `current_task_id`), `WORKER_MODE`, `SCRIPT_MODE` and `_global_node`
 (`get_session_dir_path()`, `session_name`, `node_ip_address`). The mode, session and node
 reads import nothing (Ray not imported yet: no answer); each read gives None (or {}) where

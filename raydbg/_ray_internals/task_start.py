@@ -1,6 +1,6 @@
 """The memory monitor's start gate hooked around every normal task a worker runs.
 
-Written for Ray 2.60.0. Relies on `ray._private.worker.global_worker`'s
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on `ray._private.worker.global_worker`'s
 `record_task_log_start` / `record_task_log_end` (called by `execute_task` in _raylet.pyx),
 `actors` and `core_worker` (`get_current_task_function_name`, `get_current_task_name`),
 and on `ray._private.function_manager.FunctionActorManager.get_execution_info` with its

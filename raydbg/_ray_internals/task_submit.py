@@ -1,7 +1,7 @@
 """The one wrapper of Ray's task submission: retry budgets after each `.remote()`, and
 calls outside any span sent past Ray's tracing wrapper.
 
-Written for Ray 2.60.0. Relies on `ray.remote_function.RemoteFunction._remote` (and its
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on `ray.remote_function.RemoteFunction._remote` (and its
 wrappers `auto_init_wrapper` and `_invocation_remote_span`), the remote function's
 `_function_descriptor`, `_default_options` and `_function_name`,
 `ray._private.worker.global_worker.connected`, and

@@ -1,11 +1,14 @@
 """Ray's task tracing, turned on at (almost) no cost for calls made outside any span.
 
-Written for Ray 2.60.0. Relies on `ray.util.tracing.tracing_helper`'s
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on `ray.util.tracing.tracing_helper`'s
 `_global_is_tracing_enabled`, `_opentelemetry`, `_is_tracing_enabled()`,
 `_DictPropagator` (`inject_current_context`, `extract`), `_function_hydrate_span_args`
 and `_actor_hydrate_span_args`; `ray._common.signature.flatten_args`; the connected
 worker's `ray._private.worker.global_worker.gcs_client` and
 `ray._private.ray_constants.KV_NAMESPACE_TRACING` (the cluster's tracing start-up hook).
+What differs: `tracing_helper._get_opentelemetry()` is Ray 2.58+. Before it, a traced
+function's wrapper is pickled with the driver's `_opentelemetry` (raydbg's `_OtelProxy`,
+rebuilt fresh in the worker by its `__reduce__`), so nothing here needs to know which.
 """
 
 from __future__ import annotations
@@ -123,6 +126,11 @@ class _OtelProxy:
     """Ray's `_OpenTelemetryProxy` (trace, context, propagate, Context), imports kept."""
 
     trace = _TraceModule()
+
+    def __reduce__(self) -> tuple[type, tuple[()]]:
+        # Ray < 2.58 pickles this object into traced functions: a fresh one there, never
+        # the OpenTelemetry modules it has imported here.
+        return (_OtelProxy, ())
 
     def __getattr__(self, name: str) -> Any:
         import importlib

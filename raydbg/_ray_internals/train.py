@@ -1,7 +1,7 @@
 """Ray Train V2's torch backend and state actor: the process-group setup, shutdown and
 `report` raydbg wraps in a Train worker, and the live runs with their workers' ranks.
 
-Written for Ray 2.60.0. Relies on: `ray.train.torch.config._setup_torch_process_group`
+Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on: `ray.train.torch.config._setup_torch_process_group`
 and `_shutdown_torch`, `ray.train.v2._internal.execution.train_fn_utils.
 DistributedTrainFnUtils.report`, `ray.train.v2._internal.state.state_actor.get_state_actor`
 and the TrainRun / TrainRunAttempt / TrainWorker fields its actor returns.

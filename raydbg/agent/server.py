@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from raydbg import auth, dial, registry, telemetry, validate
+from raydbg import _ray_internals, auth, dial, registry, telemetry, validate
 from raydbg.agent import feed, relay
 from raydbg.telemetry import prometheus
 from raydbg.version import __version__
@@ -123,6 +123,8 @@ class AgentServer:
 
     # --- JSON API -------------------------------------------------------------
     async def status(self, request: web.Request) -> web.Response:
+        import platform
+
         import debugpy
         import ray
 
@@ -133,6 +135,9 @@ class AgentServer:
             "version": __version__,
             "ray_version": ray.__version__,
             "debugpy_version": debugpy.__version__,
+            "python_version": platform.python_version(),
+            # What the cluster's Ray lacks of what raydbg would use, one line each.
+            "ray_missing": _ray_internals.missing_features(),
             "gateway": (gateway or {}).get("address"),
             "agents": [{**a, "metrics_url": prometheus.metrics_url(a)} for a in agents],
             "sessions": len(sessions),

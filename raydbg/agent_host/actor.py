@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg import _ray_internals, config, gateway_file, ray_nodes, registry
+from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
@@ -88,6 +88,7 @@ class NodeAgent:
             "pid": os.getpid(),
             "version": __version__,
             "python": platform.python_version(),  # the workers' (raydbg break add: 3.11 costs more)
+            "ray": compat.ray_version(),  # `raydbg status` warns when nodes differ
             "is_head": self.is_head,
             "started_at": time.time(),
             "started_by": self.started_by,

@@ -256,10 +256,18 @@ def _install_globals(built: State) -> None:
 
 
 def _bounded(fns: list[Callable[[], Any]], timeout_s: float) -> None:
-    """Run `fns` in parallel daemon threads, waiting at most `timeout_s` for all of them."""
+    """Run `fns` in parallel daemon threads, waiting at most `timeout_s` for all of them.
+    At interpreter exit Python 3.12+ starts no thread (RuntimeError): then each runs here,
+    bounded only by its own timeout (the exporters'), so what was queued still goes out."""
     threads = [threading.Thread(target=f, name="raydbg-telemetry-stop", daemon=True) for f in fns]
-    for t in threads:
-        t.start()
+    for i, t in enumerate(threads):
+        try:
+            t.start()
+        except RuntimeError:  # "can't create new thread at interpreter shutdown"
+            for f in fns[i:]:
+                f()
+            threads = threads[:i]
+            break
     deadline = time.monotonic() + timeout_s
     for t in threads:
         t.join(max(0.0, deadline - time.monotonic()))

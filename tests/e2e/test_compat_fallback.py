@@ -21,7 +21,7 @@ DRIVER = textwrap.dedent("""
 
     from raydbg import compat
 
-    compat.ray_version = lambda: "2.59.0"  # the only input of the range check
+    compat.ray_version = lambda: "2.61.0"  # the only input of the range check
 
     import ray
     from ray.util.state import list_workers
@@ -66,7 +66,7 @@ def test_unsupported_ray_leaves_breakpoints_to_rays_debugger(tmp_path: Path) -> 
             pass
     assert proc.returncode == 0, err[-3000:]
     said = [x for x in err.splitlines() if "raydbg" in x and "stays off" in x]
-    assert len(said) == 1 and "found Ray 2.59.0" in said[0], err[-3000:]
+    assert len(said) == 1 and "found Ray 2.61.0" in said[0], err[-3000:]
     assert "Traceback" not in err
     lines = dict(x.split(" ", 1) for x in out.splitlines() if x.startswith(("RAY_DEBUGGER", "RUNTIME_ENV")))
     found = json.loads(lines["RAY_DEBUGGER"])

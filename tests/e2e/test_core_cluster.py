@@ -80,6 +80,34 @@ def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> N
     assert ray.get(ref, timeout=60) == 7
 
 
+def test_status_and_version_name_the_ray_and_python_of_the_client_and_each_agent(cluster: str) -> None:
+    """The agent records its node's Ray and Python; `status` and `--version` print them, and
+    what this Ray lacks of raydbg's features, each in one line (no traceback)."""
+    import platform
+
+    from raydbg import _ray_internals
+
+    mine = f"ray {ray.__version__}, python {platform.python_version()}"
+    info = json.loads(raydbg_cli(cluster, "status", "--json").stdout)
+    (agent,) = info["agents"]
+    assert (agent["ray"], agent["python"]) == (ray.__version__, platform.python_version())
+    assert info["python_version"] == platform.python_version()
+    assert info["ray_missing"] == _ray_internals.missing_features()
+    status = raydbg_cli(cluster, "status")
+    assert status.returncode == 0 and "Traceback" not in status.stderr, status.stderr
+    lines = status.stdout.splitlines()
+    assert f"this client: {mine}" in lines
+    assert any(x.startswith(f"  agent {agent['node_id'][:12]} ") and x.endswith(f"(head) {mine}") for x in lines)
+    assert not any("versions differ" in x for x in lines)
+    for missing in _ray_internals.missing_features():
+        assert missing in lines
+    version = raydbg_cli(cluster, "--version")
+    assert version.returncode == 0 and version.stderr == "", version.stderr
+    assert version.stdout.splitlines()[1:] == [
+        f"this client: {mine}", f"agent {agent['node_id'][:12]} (head): {mine}",
+        *_ray_internals.missing_features()]
+
+
 def test_killed_paused_worker_is_collected(cluster: str) -> None:
     assert raydbg_cli(cluster, "up").returncode == 0
     gw = gateway(cluster)

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import ray
+from cluster import needs_torch
 
 from e2e import targets
 from e2e.conftest import (
@@ -141,20 +142,35 @@ def test_ray_data_class_udf(ray_cluster: str, gw: Any) -> None:
     assert out == [[i * 3 for i in range(8)]]
 
 
-def test_ray_train_rank0_breakpoint(ray_cluster: str, gw: Any, tmp_path: Any) -> None:
+def _train_rank0_round(ray_cluster: str, gw: Any, trainer_class: Any, tmp_path: Any) -> None:
+    """A 2-rank Train run whose rank 0 pauses: listed with its rank, attached, resumed."""
     from ray.train import RunConfig, ScalingConfig
-    from ray.train.torch import TorchTrainer
 
-    trainer = TorchTrainer(
+    trainer = trainer_class(
         targets.train_loop,
         scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
-        run_config=RunConfig(name="raydbg-train-bp", storage_path=str(tmp_path)),
+        run_config=RunConfig(name=f"raydbg-train-bp-{trainer_class.__name__}", storage_path=str(tmp_path)),
     )
     thread, out = _in_thread(trainer.fit)
     rec = _debug_round(ray_cluster, gw, "train", "local_value", "1000", function="train_loop")
     assert rec["train_rank"] == 0
     thread.join(180)
     assert out and out[0].error is None
+
+
+@needs_torch
+def test_ray_train_rank0_breakpoint(ray_cluster: str, gw: Any, tmp_path: Any) -> None:
+    from ray.train.torch import TorchTrainer
+
+    _train_rank0_round(ray_cluster, gw, TorchTrainer, tmp_path)
+
+
+def test_ray_train_rank0_breakpoint_without_torch(ray_cluster: str, gw: Any, tmp_path: Any) -> None:
+    """Train V2's generic DataParallelTrainer (no torch backend): a rank's breakpoint on
+    every Ray of the version matrix, torch or not."""
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    _train_rank0_round(ray_cluster, gw, DataParallelTrainer, tmp_path)
 
 
 def test_post_mortem_in_task(ray_cluster: str, gw: Any) -> None:

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cluster import ENV, Cluster
+from cluster import ENV, Cluster, needs_torch
 
 from e2e.gang_targets import TRAIN_CLUSTER_ENV
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.timeout(600), needs_torch]
 
 RUN = "gang-stacks-e2e"
 ODD = 2

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster import needs_torch
 
 from e2e import gang_targets as targets
 from e2e.conftest import Cluster, attach_and_inspect, forward, wait_for_session, wait_gone
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), needs_torch]
 
 COLLECTIVE_TIMEOUT_S = 3
 HANG_AFTER_S = 6.0
