@@ -4,7 +4,8 @@ from what the entries ran (their JUnit XML), never written by hand.
 Each entry (Makefile: MATRIX) is a light venv, raydbg without the SD extra, on one Ray and
 one Python; it runs only the tests that touch Ray internals or differ by version.
 
-  python tests/version_matrix.py ids                 the node ids one entry runs
+  python tests/version_matrix.py ids [--python-only] the node ids one entry runs (--python-only:
+                                                     an entry on the main suite's Ray)
   python tests/version_matrix.py versions            this interpreter's Ray and Python (JSON)
   python tests/version_matrix.py render DIR > docs/support.md
       DIR holds, per entry, NAME.xml (pytest --junitxml) and NAME.json (`versions`)
@@ -58,9 +59,22 @@ FEATURES: list[tuple[str, list[str]]] = [
 
 MAIN = "main"  # build/matrix/main.xml: the main suite's own run (.venv), when it wrote one
 
+# What differs by Python alone (an entry on the main suite's Ray runs only these): the
+# breakpoint hooks, the debugger and post-mortem, the tracer at exit (Python 3.12 starts no
+# thread at exit), armed breakpoints (sys.monitoring from 3.12), the adapter's own tests.
+BY_PYTHON = {
+    "Ray adapter: task events, live actors, token auth, tracing proxy",
+    "breakpoint in a task",
+    "breakpoint in an actor method",
+    "post-mortem of a failed task",
+    "trace span from driver to task and actor (OTLP)",
+    "armed breakpoints (`raydbg break add`)",
+    "armed breakpoints' layers (sys.monitoring on Python 3.12+, else sys.settrace)",
+}
 
-def node_ids() -> list[str]:
-    return [node for _, nodes in FEATURES for node in nodes]
+
+def node_ids(python_only: bool = False) -> list[str]:
+    return [node for feature, nodes in FEATURES if not python_only or feature in BY_PYTHON for node in nodes]
 
 
 def versions() -> dict[str, str]:
@@ -122,7 +136,8 @@ def render(results: Path) -> str:
         "own debugger. The main suite runs on Python 3.11 with Ray 2.60.0; this table is what each",
         "entry of the version matrix (`make test`, after the main suite) ran, each in a light",
         "venv (raydbg without the SD extra), running the tests that touch Ray internals or",
-        "differ by version (`tests/version_matrix.py` names them). The torch-backend Train rows",
+        "differ by version (`tests/version_matrix.py` names them); an entry on the main suite's",
+        "Ray (2.60) runs only what differs by Python, the rest is the main suite's column. The torch-backend Train rows",
         "run in the main suite (CPU torch 2.13 exists for Python 3.11 only); `make test` adds its",
         "column.",
         "",
@@ -148,7 +163,7 @@ def render(results: Path) -> str:
 
 def main(argv: list[str]) -> int:
     if argv[:1] == ["ids"]:
-        print("\n".join(node_ids()))
+        print("\n".join(node_ids(python_only=argv[1:] == ["--python-only"])))
     elif argv[:1] == ["versions"]:
         print(json.dumps(versions()))
     elif argv[:1] == ["render"] and len(argv) == 2:
