@@ -159,7 +159,7 @@ def start_agents_at_connect() -> None:
     is then a task's or actor's, and the driver's connect has passed."""
     global _agents_at_connect
     ray = sys.modules.get("ray")
-    if config.agents_mode() == "off" or (ray is not None and ray.is_initialized()):
+    if config.agents_mode() == "off" or config.is_cli_process() or (ray is not None and ray.is_initialized()):
         return
     _agents_at_connect = True
     from raydbg import _ray_internals

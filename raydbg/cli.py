@@ -391,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # the command line itself (tests call main([...]) in their own process)
+        from raydbg import config
+
+        config.mark_cli_process()
     args = build_parser().parse_args(argv)
     try:
         return int(args.fn(args) or 0)

@@ -54,6 +54,22 @@ def agents_mode() -> str:
     return "off" if os.environ.get("RAYDBG_AGENTS", "").strip().lower() == "off" else "auto"
 
 
+_cli_process = False
+
+
+def mark_cli_process() -> None:
+    """This process is raydbg's own command line: when it connects to Ray (`up`, `down`,
+    `status`, ...) it is a client of the cluster, not a job, and starts no agents as a job
+    does (`raydbg down` would start again what it stopped). Not an environment variable:
+    the commands `raydbg run` starts are jobs."""
+    global _cli_process
+    _cli_process = True
+
+
+def is_cli_process() -> bool:
+    return _cli_process
+
+
 def gateway_port() -> int:
     return int(os.environ.get("RAYDBG_GATEWAY_PORT", "0") or 0)
 

@@ -354,7 +354,7 @@ def test_agent_restarts_after_it_dies_then_down_stops_it(cluster: str) -> None:
     down = raydbg_cli(cluster, "down")
     assert down.returncode == 0 and "stopped 1 agent" in down.stdout
     after = raydbg_cli(cluster, "status")
-    assert after.returncode == 1 and "not active" in after.stderr
+    assert after.returncode == 1 and "not active" in after.stderr, after.stdout
 
 
 def test_prometheus_scrapes_a_running_agent(cluster: str, tmp_path: Path) -> None:
