@@ -4,8 +4,8 @@ For each run the decider (raydbg/gang/hang.py) calls hung, once: the run's stack
 taken (raydbg.gang.collect.cluster_stacks) and grouped into classes, and a `hang` event
 carries them (`raydbg events`, the TUI's events pane), with an OTel counter and span.
 For each rank raydbg/gang/stragglers.py finds slower than the others step after step, a
-`straggler` event carries the rank's figures and its stack class, taken then (the
-straggler is at work most of the time; the others wait). Nothing is stopped.
+`straggler` event carries the rank's figures and its stack class, sampled until the rank
+is alone in it (at its own work while the others wait). Nothing is stopped.
 RAYDBG_HANG_AFTER_S (default 300) sets the hang threshold; RAYDBG_STRAGGLER_* the other.
 """
 
@@ -81,10 +81,13 @@ def culprits_of(stacks: dict[str, Any], train_run: str | None) -> dict[str, Any]
     if run is None:
         return {"disagreement": [], "culprits": []}
     by_rank = {r["world_rank"]: r for r in run["ranks"]}
-    named = [{"world_rank": rank, "node_id": by_rank.get(rank, {}).get("node_id"),
-              "pid": by_rank.get(rank, {}).get("pid"),
-              "stack_class": class_of(stacks, by_rank.get(rank, {}).get("pid"))} for rank in run["culprits"]]
-    return {"disagreement": run["disagreement"], "culprits": named}
+
+    def named(rank: int) -> dict[str, Any]:
+        r = by_rank.get(rank, {})
+        return {"world_rank": rank, "node_id": r.get("node_id"), "pid": r.get("pid"),
+                "stack_class": class_of(stacks, r.get("pid"))}
+
+    return {"disagreement": run["disagreement"], "culprits": [named(rank) for rank in run["culprits"]]}
 
 
 def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:

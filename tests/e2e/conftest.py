@@ -45,6 +45,18 @@ def gateway(gcs_address: str) -> Any:
         os.environ.pop("RAY_ADDRESS", None)
 
 
+def wait_until(check: Any, timeout: float, what: str, every: float = 0.1) -> Any:
+    """`check()`'s first truthy value within `timeout` s, asked every `every` s; else fail
+    saying `what` did not happen, with the last value seen."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"{what} within {timeout}s: {check()!r}"[:3000])
+
+
 def wait_for_session(gw: Any, timeout: float = 90, attachable: bool = True, **match: Any) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

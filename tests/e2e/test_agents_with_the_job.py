@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import ray
 
-from e2e.conftest import Cluster
+from e2e.conftest import Cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -35,22 +35,12 @@ def _status(c: Cluster) -> dict[str, Any] | None:
     return json.loads(out.stdout) if out.returncode == 0 else None
 
 
-def _wait(what: str, timeout: float, probe: Any) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = probe()
-        if got:
-            return got
-        time.sleep(0.5)
-    raise AssertionError(f"{what} within {timeout}s")
-
-
 def test_the_job_brings_the_agents_monitor_stacks_and_hang_detection_up() -> None:
     env = {"RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S)}
     with Cluster(num_cpus=2, env=env, by_value=(sys.modules[__name__],)) as c:
         connected = time.monotonic()
         # No `raydbg up` and nothing paused: the driver's connect started them.
-        status = _wait("no agent registered", 60, lambda: _status(c))
+        status = wait_until(what="no agent registered", timeout=60, every=0.5, check=lambda: _status(c))
         took = time.monotonic() - connected
         (agent,) = status["agents"]
         assert agent["is_head"] and agent["node_id"] == c.head_node_id()
@@ -58,18 +48,18 @@ def test_the_job_brings_the_agents_monitor_stacks_and_hang_detection_up() -> Non
         assert agent["started_by"].startswith(f"job {job} (pid "), agent
         assert agent["watches_nodes"] is True
         assert f"started by job {job} (pid " in c.cli("status").stdout
-        running = _wait("the memory monitor not running", 60, lambda: (
+        running = wait_until(what="the memory monitor not running", timeout=60, every=0.5, check=lambda: (
             [a for a in (_status(c) or {"agents": []})["agents"]
              if (a.get("memory_monitor") or {}).get("state") == "running"]))
         assert running[0]["node_id"] == agent["node_id"]
         print(f"agents registered {took:.1f}s after the driver connected")
 
         ref = ray.remote(stuck_after_one_beat).remote()
-        stacks = _wait("the stuck task not in `raydbg stacks`", 60, lambda: (
+        stacks = wait_until(what="the stuck task not in `raydbg stacks`", timeout=60, every=0.5, check=lambda: (
             [w for w in json.loads(c.cli("stacks", "--json", "--job", job).stdout or "{}").get("workers", [])
              if w.get("task_name") == "stuck_after_one_beat"]))
         assert stacks[0]["threads"], stacks[0]
-        hangs = _wait("no hang event", 120, lambda: (
+        hangs = wait_until(what="no hang event", timeout=120, every=0.5, check=lambda: (
             [e for e in json.loads(c.cli("events", "--json").stdout or "[]")
              if e.get("kind") == "hang" and (e.get("details") or {}).get("job_id") == job]))
         assert hangs[0]["details"]["stalled_for_s"] >= HANG_AFTER_S
@@ -95,8 +85,8 @@ def test_the_agents_start_once_the_driver_has_its_first_result(monkeypatch: pyte
         time.sleep(1.0)
         assert _waiting_for_go(start) and _status(c) is None  # connected, no result yet: nothing started
         assert ray.get(ray.remote(lambda: 1).remote(), timeout=60) == 1
-        _wait("the start thread still waiting after the first result", 5, lambda: not _waiting_for_go(start))
-        status = _wait("no agent registered after the first result", 60, lambda: _status(c))
+        wait_until(what="the start thread still waiting after the first result", timeout=5, every=0.5, check=lambda: not _waiting_for_go(start))
+        status = wait_until(what="no agent registered after the first result", timeout=60, every=0.5, check=lambda: _status(c))
         assert status["agents"][0]["is_head"]
 
 
@@ -116,9 +106,9 @@ def test_with_agents_off_nothing_starts_until_raydbg_up() -> None:
 
 def test_a_node_that_joins_later_gets_its_agent_from_the_head() -> None:
     with Cluster(num_cpus=2) as c:
-        _wait("no head agent", 60, lambda: _status(c))
+        wait_until(what="no head agent", timeout=60, every=0.5, check=lambda: _status(c))
         far = c.add_node(num_cpus=1)
-        agents = _wait("the new node's agent not registered", 90, lambda: (
+        agents = wait_until(what="the new node's agent not registered", timeout=90, every=0.5, check=lambda: (
             [a for a in (_status(c) or {"agents": []})["agents"] if a["node_id"] == far.node_id]))
         assert agents[0]["started_by"].startswith("the head's agent (pid "), agents[0]
         assert agents[0]["is_head"] is False

@@ -22,7 +22,7 @@ import ray
 from cluster import ENV, REPO, Cluster
 
 from e2e import armed_targets as t
-from e2e.conftest import forward, wait_for_session
+from e2e.conftest import forward, wait_for_session, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -75,16 +75,6 @@ def sessions_of(gw: Any, bp_id: str) -> list[dict[str, Any]]:
 
 def resume(gw: Any, sid: str) -> None:
     asyncio.run(gw.post(f"/api/v1/sessions/{sid}/continue"))
-
-
-def wait_until(check: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"{what} within {timeout}s")
 
 
 def column(cluster: Cluster, bp_id: str, name: str) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from e2e import gang_targets
-from e2e.conftest import Cluster
+from e2e.conftest import Cluster, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -48,16 +48,6 @@ def _hang_events(gw: Any) -> list[dict[str, Any]]:
             if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == RUN]
 
 
-def _wait(what: str, probe: Any, timeout: float = 180) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = probe()
-        if got:
-            return got
-        time.sleep(1.0)
-    raise AssertionError(f"{what} within {timeout}s: {probe()!r}"[:3000])
-
-
 def test_stacks_and_the_hang_event_of_a_stuck_run_without_torch(cluster: tuple[Cluster, Any],
                                                                 tmp_path: Path) -> None:
     from ray.train import RunConfig, ScalingConfig
@@ -80,13 +70,13 @@ def test_stacks_and_the_hang_event_of_a_stuck_run_without_torch(cluster: tuple[C
             workers = answer.get("workers") or []
             return answer if sorted(w.get("world_rank") for w in workers) == [0, 1] else None
 
-        answer = _wait("both ranks in `raydbg stacks --run`", both_ranks)
+        answer = wait_until(both_ranks, 180, "both ranks in `raydbg stacks --run`", every=1.0)
         (run,) = answer["runs"]
         assert run["run"] == RUN and run["world_size"] == 2
         for w in answer["workers"]:
             assert w["train_run"] == RUN and w["paused"] is False
             assert "stuck_after_one_report" in {f["function"] for t in w["threads"] for f in t["frames"]}
-        events = _wait("a hang event for the run", lambda: _hang_events(gw))
+        events = wait_until(lambda: _hang_events(gw), 180, "a hang event for the run", every=1.0)
         assert len(events) == 1, events
         details = events[0]["details"]
         assert details["world_size"] == 2 and details["stalled_for_s"] >= HANG_AFTER_S
