@@ -333,6 +333,12 @@ def _register_stacks(sub: Any) -> None:
     register(sub)
 
 
+def _register_pause(sub: Any) -> None:
+    from raydbg.commands.pause import register  # pause
+
+    register(sub)
+
+
 def _register_steps(sub: Any) -> None:
     from raydbg.commands.steps import register  # steps
 
@@ -346,7 +352,7 @@ def _register_breakpoints(sub: Any) -> None:
 
 
 REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui, _register_continue,
-                               _register_stacks, _register_steps, _register_breakpoints]
+                               _register_stacks, _register_steps, _register_pause, _register_breakpoints]
 
 
 class _VersionAction(argparse.Action):

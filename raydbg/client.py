@@ -225,6 +225,14 @@ class Gateway:
     async def continue_session(self, sid: str) -> dict[str, Any]:
         return dict(await self.post(f"/api/v1/sessions/{sid}/continue"))
 
+    async def pause(self, target: str, job: str | None = None, wait_s: float = 5.0) -> dict[str, Any]:
+        """`raydbg pause`: stop the worker `target` names (RUN:RANK, PID, NODE:PID or a stack
+        class id); {"node_id", "pid", "thread", "session": record or None after `wait_s`}."""
+        body: dict[str, Any] = {"target": target, "wait_s": wait_s}
+        if job is not None:
+            body["job"] = job
+        return dict(await self.post("/api/v1/pause", body=body, timeout=wait_s + 30.0))
+
     async def continue_group(self, group: str) -> dict[str, Any]:
         """Resume every rank of a pause group."""
         return dict(await self.post(f"/api/v1/groups/{group}/continue"))

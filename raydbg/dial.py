@@ -105,3 +105,13 @@ async def ask_agents(path: str, params: dict[str, str] | None = None, *, token: 
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
         await asyncio.gather(*(one(http, str(a.get("node_id"))) for a in others))
     return answers, errors
+
+
+async def post_agent(node_id: str, path: str, body: Any, *, token: str, timeout_s: float) -> tuple[int, Any]:
+    """POST `body` (JSON) to `node_id`'s agent: (HTTP status, JSON answer). Raises DialRefused
+    when that agent may not be dialled, aiohttp's errors when it cannot be reached."""
+    nodes = await asyncio.to_thread(ray_nodes.nodes)
+    url = await asyncio.to_thread(agent_base_url, node_id, nodes) + path
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+        async with http.post(url, json=body, headers={"Authorization": f"Bearer {token}"}) as resp:
+            return resp.status, await resp.json(content_type=None)

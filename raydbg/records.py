@@ -9,7 +9,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-STATES = ("starting", "waiting", "attached")
+# "snapshot": a thread `raydbg pause` could not stop yet (blocked in C), pictured with its
+# frames and locals; it becomes "starting" (the same id) once the thread returns to Python.
+STATES = ("starting", "waiting", "attached", "snapshot")
 
 
 def new_session_id() -> str:
@@ -28,7 +30,7 @@ class SessionRecord:
     file: str
     line: int
     function: str
-    reason: str  # "breakpoint" | "exception"
+    reason: str  # "breakpoint" | "exception" | "pause" (raydbg pause)
     node_id: str = ""
     node_ip: str = ""
     task_id: str | None = None
@@ -47,10 +49,11 @@ class SessionRecord:
     cwd: str = ""
     port: int | None = None  # compatibility mode's TCP debugpy port; the API never shows it
     socket: str | None = None  # the worker's private debugger socket; the API never shows it
+    frames: list[dict[str, Any]] | None = None  # a snapshot's frames, innermost first, with locals
 
     @property
     def attachable(self) -> bool:
-        return self.state != "starting"
+        return self.state in ("waiting", "attached")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -25,7 +25,7 @@ EXC_MESSAGE_CHARS = 4000
 EXC_TRACEBACK_CHARS = 16000
 
 _ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-_SESSION_STATES = ("starting", "waiting", "attached")
+_SESSION_STATES = ("starting", "waiting", "attached", "snapshot")
 
 
 class Malformed(ValueError):
@@ -177,6 +177,7 @@ SESSION: Schema = {
     "cwd": (text(), False, ""),
     "port": (optional(integer(1, 65535)), False, None),
     "socket": (_OPT_TEXT, False, None),
+    "frames": (optional(list_of_objects), False, None),
 }
 
 AGENT: Schema = {

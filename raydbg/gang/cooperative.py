@@ -3,6 +3,8 @@
 The first way, asked first (`listen` / `ask`): a daemon thread of the worker ("raydbg-stacks")
 blocks reading a FIFO `<pid>-<start>.req` in the private stacks dir; a byte written there
 wakes it, it writes `snapshot()` as JSON to `<pid>-<start>.json` (temp name, then rename).
+The same thread takes `raydbg pause` requests (another byte; on_demand.py), answered in
+`<pid>-<start>.pause`.
 It needs the GIL only for the snapshot, so it answers while the main thread sits in C (Ray's
 task loop, a collective that released the GIL), where a signal's Python handler would wait.
 A worker without the thread (not activated, or it died: opening the FIFO fails with ENXIO)
@@ -37,13 +39,21 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raydbg.gang.frames import Frame, looks_idle
+from raydbg import ray_context
+from raydbg.gang import own_threads
+from raydbg.gang.frames import looks_idle
 
 SIGNUM = signal.SIGUSR2
 THREAD_NAME = "raydbg-stacks"
+STACKS_REQUEST, PAUSE_REQUEST = b"?", b"p"  # the bytes written to a worker's FIFO
+PAUSE_ANSWER = ".pause"  # suffix of the file a pause request is answered in
+# A snapshot's "train": the stacks contract's labels from the session record's Train fields.
+TRAIN_LABELS = {"train_run": "train_run", "world_rank": "train_rank", "local_rank": "train_local_rank",
+                "world_size": "train_world_size"}
 _installed: dict[str, Any] = {}
 _listening: dict[str, Any] = {}
 
@@ -110,14 +120,25 @@ def listen() -> bool:
 
 
 def _answer_requests(fd: int) -> None:
-    """The stacks thread: blocked in read (no CPU, no GIL) until a request comes."""
+    """The stacks thread: blocked in read (no CPU, no GIL) until a request comes:
+    STACKS_REQUEST for a snapshot, PAUSE_REQUEST for `raydbg pause` (on_demand.py)."""
     while True:
         try:
-            if not os.read(fd, 64):
-                return
+            data = os.read(fd, 64)
         except OSError:
             return
-        _write_snapshot(None, skip_self=True)
+        if not data:
+            return
+        if PAUSE_REQUEST in data:
+            _write_json(PAUSE_ANSWER, _pause_answer)
+        if STACKS_REQUEST in data:
+            _write_snapshot(None, skip_self=True)
+
+
+def _pause_answer() -> dict[str, Any]:
+    from raydbg.gang import on_demand  # a pause is rare: its modules load at the first
+
+    return on_demand.request()
 
 
 def uninstall() -> None:
@@ -135,34 +156,13 @@ def uninstall() -> None:
 
 
 def snapshot(interrupted: Any = None, skip_self: bool = False) -> dict[str, Any]:
-    """Every thread of this process: id, name, paused by raydbg, frames innermost first.
-
-    `interrupted`: the frame a signal handler interrupted, for the calling thread's stack;
-    `skip_self`: leave the calling thread out (the stacks thread, taking the snapshot).
-    """
-    paused: set[int] = set()
-    debugger = sys.modules.get("raydbg.worker.debugger")
-    if debugger is not None:
-        paused = set(getattr(debugger, "_paused_threads", ()))
-    known = {t.ident: t for t in threading.enumerate()}
-    me = threading.get_ident()
-    threads = []
-    for ident, top in sys._current_frames().items():
-        if ident == me and skip_self:
-            continue
-        frames: list[Frame] = []
-        frame = (interrupted or top.f_back) if ident == me else top  # not our own frames
-        while frame is not None:
-            code = frame.f_code  # the qualified name, as py-spy gives it (Class.method)
-            frames.append({"function": getattr(code, "co_qualname", code.co_name), "file": code.co_filename,
-                           "line": frame.f_lineno})
-            frame = frame.f_back
-        thread = known.get(ident)
-        threads.append({"thread_id": ident, "native_id": getattr(thread, "native_id", None),
-                        "name": thread.name if thread else f"Thread-{ident}",
-                        "paused": ident in paused, "idle": looks_idle(frames), "frames": frames})
-    out: dict[str, Any] = {"pid": os.getpid(), "ts": time.time(), "threads": threads}
-    if "torch.distributed" in sys.modules:  # a collective-running rank: which collective it is in
+    """Every thread of this process (own_threads.threads: the arguments are its), and a
+    collective-running rank's Flight Recorder view: which collective it is in."""
+    out: dict[str, Any] = {"pid": os.getpid(), "ts": time.time(), "threads": own_threads.threads(interrupted, skip_self)}
+    train = ray_context.train_fields()  # a rank that never reported is still known by its rank
+    if train.get("train_run") is not None:
+        out["train"] = {label: train[field] for label, field in TRAIN_LABELS.items()}
+    if "torch.distributed" in sys.modules:
         from raydbg.gang.flight_recorder import local_view
 
         view = local_view()
@@ -176,17 +176,22 @@ def _on_signal(signum: int, frame: Any) -> None:
 
 
 def _write_snapshot(interrupted: Any, skip_self: bool = False) -> None:
+    _write_json(".json", lambda: snapshot(interrupted, skip_self))
+
+
+def _write_json(suffix: str, answer: Callable[[], Any]) -> None:
+    """`answer()` as JSON to `<pid>-<start><suffix>` (temp name, then rename)."""
     try:
-        _, final = _paths(os.getpid())
+        final = _paths(os.getpid())[1].with_suffix(suffix)
         tmp = final.with_suffix(f".tmp{threading.get_ident()}")
         from raydbg.private_dir import open_private
 
         fd = open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         with os.fdopen(fd, "w") as fh:
-            json.dump(snapshot(interrupted, skip_self), fh)
+            json.dump(answer(), fh)
         os.replace(tmp, final)
     except Exception:
-        pass  # a stack request must never disturb the worker
+        pass  # a request must never disturb the worker
 
 
 # --- parsing faulthandler's text ------------------------------------------------------
@@ -248,11 +253,27 @@ async def ask_snapshot(pid: int, timeout: float = 2.0, base: Path | None = None)
 
     Raises StackError when it has no stacks thread or none answered within `timeout`.
     """
+    snap = await _ask(pid, STACKS_REQUEST, ".json", timeout, base)
+    if not isinstance(snap.get("threads"), list):
+        from raydbg.gang.pyspy import StackError
+
+        raise StackError(f"pid {pid}'s stacks thread answered without threads")
+    return snap
+
+
+async def ask_pause(pid: int, timeout: float = 5.0, base: Path | None = None) -> dict[str, Any]:
+    """Ask worker `pid` to pause the thread doing its work (on_demand.py): its answer,
+    {"thread": name} or {"error": why}. Raises StackError as ask_snapshot does."""
+    return await _ask(pid, PAUSE_REQUEST, PAUSE_ANSWER, timeout, base)
+
+
+async def _ask(pid: int, request: bytes, suffix: str, timeout: float, base: Path | None) -> dict[str, Any]:
+    """Write `request` to worker `pid`'s FIFO; its stacks thread's JSON answer (a dict)."""
     from raydbg.gang.pyspy import StackError
 
     try:
         fifo = _request_path(pid, base)
-        final = fifo.with_suffix(".json")
+        final = fifo.with_suffix(suffix)
         fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:  # ENXIO: nobody reads it (the worker is gone); ENOENT: never made
         raise StackError(f"pid {pid} has no raydbg stacks thread ({exc.strerror})") from None
@@ -263,7 +284,7 @@ async def ask_snapshot(pid: int, timeout: float = 2.0, base: Path | None = None)
             os.unlink(final)  # an earlier answer; a concurrent asker's answer is the next one
         except FileNotFoundError:
             pass
-        os.write(fd, b"?")
+        os.write(fd, request)
     finally:
         os.close(fd)
     start, pause = time.monotonic(), 0.001
@@ -271,9 +292,9 @@ async def ask_snapshot(pid: int, timeout: float = 2.0, base: Path | None = None)
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.02)
         try:
-            snap = json.loads(final.read_text())
-            if isinstance(snap, dict) and isinstance(snap.get("threads"), list):
-                return snap
+            answer = json.loads(final.read_text())
+            if isinstance(answer, dict):
+                return answer
         except FileNotFoundError:
             continue
         except (ValueError, KeyError, OSError):

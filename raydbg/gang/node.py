@@ -21,6 +21,10 @@ PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
 THREAD_TIMEOUT_S = 1.0  # a stacks thread that needs longer (its GIL held in C): py-spy instead
 
 
+def _in_run(w: dict[str, Any], run: str) -> bool:
+    return run in (w.get("train_run"), w.get("train_run_id"))
+
+
 def pyspy_enabled() -> bool:
     return os.environ.get("RAYDBG_STACKS_PYSPY", "1") != "0"
 
@@ -44,6 +48,7 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
             w["threads"], w["source"], w["cooperative_format"] = snap["threads"], "cooperative", "thread"
             if snap.get("collectives") is not None:
                 w["collectives"] = snap["collectives"]
+            worker_labels.apply_labels(w, {k: v for k, v in (snap.get("train") or {}).items() if w.get(k) is None})
         except pyspy.StackError as exc:
             errors.append(str(exc))
     if use_pyspy and "threads" not in w:
@@ -79,12 +84,14 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
         worker_labels.apply_labels(w, (labels or {}).get(int(w["pid"])))
     if job is not None:
         ids = [w for w in ids if w.get("job_id") == job]
-    if run is not None:
-        ids = [w for w in ids if run in (w.get("train_run"), w.get("train_run_id"))]
+    if run is not None:  # a rank not labelled yet (it never reported) may say its run in its snapshot
+        ids = [w for w in ids if w.get("train_run") is None or _in_run(w, run)]
     ids = [w for w in ids if w.get("task_name") is not None or w.get("actor_id")]  # not idle workers
     slots = asyncio.Semaphore(PARALLEL)
     use_pyspy = use_pyspy and pyspy_enabled()
     out = list(await asyncio.gather(*(worker_stacks(w, native, use_pyspy, use_thread=use_thread, pyspy_slots=slots)
                                       for w in ids)))
+    if run is not None:
+        out = [w for w in out if _in_run(w, run)]
     await asyncio.to_thread(cooperative.prune)  # files of workers that died since the last request
     return out

@@ -3,7 +3,9 @@
   GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1   this node's WorkerStacks
   GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1                 the whole cluster, grouped (gateway)
        (thread=0: activated workers' stacks threads not asked, py-spy for every worker)
-  POST /api/v1/sessions/{id}/continue   resume one paused session (waiting or attached)
+  POST /api/v1/node/pause              {"pid": N}: pause this node's worker N (raydbg pause; pause_service.py)
+  POST /api/v1/pause                   {"target": T, "job": ID, "wait_s": S}: pause any worker (gateway)
+  POST /api/v1/sessions/{id}/continue   resume one paused session (waiting or attached; a snapshot is dropped)
   POST /api/v1/groups/{group}/continue  resume every rank of a pause-all group
   POST /api/v1/continue                 {"job": ID} or {"all": true}: resume every paused session of the job (or all)
   GET  /api/v1/groups                   pause groups among the listed sessions
@@ -23,7 +25,7 @@ from aiohttp import web
 
 from raydbg import _ray_internals, progress_records, registry, validate
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, hang_service, node, pause, stragglers
+from raydbg.gang import collect, hang_service, node, pause, pause_service, stragglers
 from raydbg.telemetry import attempts
 from raydbg.worker import resume
 
@@ -72,7 +74,7 @@ def bulk_targets(sessions: list[dict[str, Any]], job: str | None) -> tuple[list[
 
 def register(agent: AgentServer, app: web.Application) -> None:
     """The gang's routes on `agent`'s app; on the gateway, also the hang detector for the app's life."""
-    app.add_routes(stack_routes(agent) + resume_and_progress_routes(agent))
+    app.add_routes(stack_routes(agent) + resume_and_progress_routes(agent) + pause_routes(agent))
     if agent.is_head:
         hang_service.attach(agent, app)
 
@@ -110,6 +112,36 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
     out = [web.get("/api/v1/node/stacks", node_stacks)]
     if agent.is_head:
         out += [web.get("/api/v1/stacks", cluster_stacks), web.get("/api/v1/train/runs", train_runs)]
+    return out
+
+
+def pause_routes(agent: AgentServer) -> list[web.RouteDef]:
+    async def node_pause(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+            pid = int(body["pid"])
+        except (ValueError, TypeError, KeyError):
+            return web.json_response({"error": 'send {"pid": N}'}, status=400)
+        try:
+            answer = await pause_service.pause_local(pid)
+        except pause_service.PauseRefused as exc:
+            return web.json_response({"error": str(exc)}, status=exc.status)
+        return web.json_response({"node_id": agent.node_id, "pid": pid, **answer})
+
+    async def cluster_pause(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            body = None
+        try:
+            answer = await pause_service.pause(body, token=agent.token, node_id=agent.node_id)
+        except pause_service.PauseRefused as exc:
+            return web.json_response({"error": str(exc)}, status=exc.status)
+        return web.json_response(answer)
+
+    out = [web.post("/api/v1/node/pause", node_pause)]
+    if agent.is_head:
+        out.append(web.post("/api/v1/pause", cluster_pause))
     return out
 
 

@@ -12,7 +12,7 @@ from types import FrameType
 from raydbg import config, ray_context, registry
 from raydbg.records import SessionRecord, new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, cap_text
-from raydbg.worker import debugger, listeners, resume, train
+from raydbg.worker import debugger, listeners, resume, snapshot, train
 
 log = logging.getLogger("raydbg.worker")
 
@@ -52,8 +52,10 @@ def _safe_str(exc: BaseException) -> str:
         return f"<{type(exc).__name__}: str() failed>"
 
 
-def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None) -> SessionRecord:
-    thread = threading.current_thread()
+def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None,
+                 thread: threading.Thread | None = None, session_id: str | None = None) -> SessionRecord:
+    """The record of a pause of `thread` (the calling one if None) at `frame`."""
+    thread = thread or threading.current_thread()
     exception = None
     if exc_info is not None:
         # Capped: an exception's text is the user's (or an attacker's) and can be huge.
@@ -64,7 +66,7 @@ def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | Non
             "traceback": cap_text("".join(traceback.format_exception(*exc_info)), EXC_TRACEBACK_CHARS, "tail"),
         }
     return SessionRecord(
-        id=new_session_id(),
+        id=session_id or new_session_id(),
         pid=os.getpid(),
         thread_id=thread.ident or 0,
         thread_name=cap_text(thread.name, 256),
@@ -82,13 +84,31 @@ def _publish(rec: SessionRecord) -> None:
     registry.put(registry.SESSION + rec.id, rec.to_json())
 
 
+def publish_snapshot(thread: threading.Thread, top: FrameType, reason: str) -> SessionRecord:
+    """List `thread`, which cannot stop now (blocked in C), as a snapshot: its frames with
+    their locals."""
+    rec = build_record(top, reason, None, thread=thread)
+    rec.state = "snapshot"
+    rec.frames = snapshot.frames_of(top)
+    _publish(rec)
+    for listener in listeners.ON_PAUSE:
+        listener(rec)
+    return rec
+
+
+def withdraw(rec: SessionRecord) -> None:
+    """Remove a listed record (a snapshot whose thread will not become a session)."""
+    registry.delete(registry.SESSION + rec.id)
+
+
 def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None,
-          breakpoint_id: str | None = None) -> bool:
+          breakpoint_id: str | None = None, session_id: str | None = None) -> bool:
     """Pause this thread at `frame` for a remote client; False if nobody came in time.
 
-    `breakpoint_id`: the armed breakpoint (raydbg break add) this pause is for, if any.
+    `breakpoint_id`: the armed breakpoint (raydbg break add) this pause is for, if any;
+    `session_id`: the id to list it under (a snapshot's, which this session replaces).
     """
-    rec = build_record(frame, reason, exc_info)
+    rec = build_record(frame, reason, exc_info, session_id=session_id)
     rec.breakpoint_id = breakpoint_id
     train.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started

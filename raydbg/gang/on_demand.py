@@ -1,0 +1,131 @@
+"""`raydbg pause` inside a worker: stop the thread doing the work at its next line of user code.
+
+The stacks thread (cooperative.py) calls `request()` when the node's agent asks. The thread
+chosen is the one a stack class is decided by (classes.main_thread: a Train rank's training
+thread, else the one with the most user frames). It is armed (worker/thread_trace.py) and
+stops at its next line in a frame of user code, where it becomes an ordinary session.
+A thread still in C after GRACE_S (a collective wait, a sleep, a lock) is listed at once
+as a snapshot (its frames with their locals) and becomes the session, under the same id,
+when it returns to Python. A `raydbg continue` of the snapshot disarms it and removes the
+record; so does RAYDBG_WAIT_TIMEOUT, as a session nobody attached to ends.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+from raydbg import config, registry
+from raydbg.gang import classes, own_threads
+from raydbg.gang.frames import is_internal, user_frames
+from raydbg.records import SessionRecord
+from raydbg.worker import resume, session, thread_trace
+
+log = logging.getLogger("raydbg.worker")
+
+GRACE_S = 0.1  # a thread running Python reaches its next line within microseconds
+REASON = "pause"
+
+
+_lock = threading.Lock()
+_armed: dict[int, thread_trace.Armed] = {}  # thread ident -> its pending pause
+
+
+def _user_code(frame: FrameType) -> bool:
+    return not is_internal({"file": frame.f_code.co_filename, "line": frame.f_lineno})
+
+
+class _Pending:
+    """One requested pause: the target thread fires it, the pause thread may list a snapshot first."""
+
+    def __init__(self, thread: threading.Thread) -> None:
+        self.thread = thread
+        self.lock = threading.Lock()
+        self.fired = False
+        self.snapshot: SessionRecord | None = None
+
+    def fire(self, frame: FrameType) -> None:
+        """In the target thread, at its stop."""
+        with self.lock:
+            self.fired = True
+            listed = self.snapshot
+        with _lock:
+            _armed.pop(threading.get_ident(), None)
+        if listed is not None and registry.get(registry.SESSION + listed.id) is None:
+            return  # the snapshot was continued (and withdrawn) before the thread came back
+        session.pause(frame, REASON, session_id=listed.id if listed else None)
+
+    def list_snapshot(self) -> SessionRecord | None:
+        """In the pause thread: list the thread as a snapshot unless it stopped meanwhile."""
+        with self.lock:
+            if self.fired:
+                return None
+            top = sys._current_frames().get(self.thread.ident or 0)
+            if top is None:
+                return None
+            self.snapshot = session.publish_snapshot(self.thread, top, REASON)
+            return self.snapshot
+
+
+def request() -> dict[str, Any]:
+    """Arm the work thread; the answer the agent relays: {"thread": name} or {"error": why}."""
+    chosen = classes.main_thread({"threads": own_threads.threads(skip_self=True)})
+    if chosen is None or (chosen.get("idle") and not user_frames(chosen.get("frames") or [])):
+        return {"error": "no thread of this worker runs Python work now (it waits for a task): nothing to pause"}
+    if chosen.get("paused"):
+        return {"error": f"thread {chosen.get('name')} is paused by raydbg already: see `raydbg list`"}
+    ident = int(chosen["thread_id"])
+    thread = {t.ident: t for t in threading.enumerate()}.get(ident)
+    if thread is None:
+        return {"error": f"thread {chosen.get('name')} has ended"}
+    with _lock:
+        if ident in _armed:
+            return {"thread": thread.name, "pending": True}
+        pending = _Pending(thread)
+        armed = thread_trace.arm(ident, _user_code, pending.fire)
+        if armed is None:
+            return {"error": f"thread {thread.name} has ended"}
+        _armed[ident] = armed
+    watcher = threading.Thread(target=_watch, args=(pending, armed), name="raydbg-pause", daemon=True)
+    watcher.pydev_do_not_trace = True  # type: ignore[attr-defined]
+    watcher.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
+    watcher.start()
+    return {"thread": thread.name}
+
+
+def _watch(pending: _Pending, armed: thread_trace.Armed) -> None:
+    """The pause thread: a snapshot if the thread is still in C after GRACE_S, then its end."""
+    if armed.fired.wait(GRACE_S):
+        return
+    try:
+        listed = pending.list_snapshot()
+    except Exception:
+        log.exception("raydbg: pause: could not list a snapshot of thread %s", pending.thread.name)
+        listed = None
+    if listed is None:
+        return
+    timeout = config.wait_timeout()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    resume_key = resume.session_key(listed.id)
+    while not armed.fired.wait(resume.poll_s()):
+        try:
+            still_listed = registry.get(registry.SESSION + listed.id) is not None
+            continued = registry.get_bytes(resume_key) is not None
+        except Exception:
+            continue  # GCS busy: ask again next round
+        expired = deadline is not None and time.monotonic() >= deadline
+        if still_listed and not continued and not expired:
+            continue
+        # Continued (or nobody came in time) while the thread is still in C: it runs on.
+        armed.disarm()
+        with _lock:
+            _armed.pop(armed.ident, None)
+        if still_listed:
+            session.withdraw(listed)
+        if continued:
+            registry.delete(resume_key)
+        return
