@@ -1,0 +1,156 @@
+"""`raydbg pause`'s parts without Ray: a thread stopped at its next line of wanted code (every
+Python: the trace differs by version), safe reprs of a blocked thread's locals, target parsing."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from raydbg.gang import pause_target
+from raydbg.gang.pause_target import BadTarget, Target, Worker
+from raydbg.worker import snapshot, thread_trace
+
+
+def _loop(stop: threading.Event, seen: list[int]) -> None:
+    n = 0
+    while not stop.is_set():
+        n += 1  # the line the loop thread stops at, or the one above
+        seen.append(n) if n % 1000 == 0 else None
+
+
+def _sleeper(go: threading.Event) -> str:
+    go.wait(10)  # blocked in C until the test lets it go
+    after = "returned"  # where it stops once back in Python
+    return after
+
+
+def _start(target: Any, *args: Any) -> threading.Thread:
+    t = threading.Thread(target=target, args=args, daemon=True)
+    t.start()
+    time.sleep(0.05)
+    return t
+
+
+def test_a_looping_thread_stops_at_once_and_a_sleeping_one_when_it_returns() -> None:
+    stop, go = threading.Event(), threading.Event()
+    fired: dict[str, tuple[str, int]] = {}
+
+    def fire(name: str) -> Any:
+        def at(frame: FrameType) -> None:
+            fired[name] = (frame.f_code.co_name, frame.f_lineno)
+        return at
+
+    mine = lambda frame: frame.f_code.co_filename == __file__  # noqa: E731
+    looper, sleeper = _start(_loop, stop, []), _start(_sleeper, go)
+    a = thread_trace.arm(looper.ident or 0, mine, fire("loop"))
+    b = thread_trace.arm(sleeper.ident or 0, mine, fire("sleep"))
+    assert a is not None and b is not None
+    assert a.fired.wait(5) and fired["loop"][0] == "_loop"
+    time.sleep(0.2)
+    assert not b.fired.is_set()  # still in C: nothing fires there
+    go.set()
+    assert b.fired.wait(5)
+    assert fired["sleep"] == ("_sleeper", _sleeper.__code__.co_firstlineno + 2)  # the line after the wait
+    stop.set()
+    looper.join(5)
+    sleeper.join(5)
+
+
+def test_a_disarmed_thread_runs_on_and_nothing_stays_traced() -> None:
+    import sys
+
+    go = threading.Event()
+    sleeper = _start(_sleeper, go)
+    calls: list[FrameType] = []
+    armed = thread_trace.arm(sleeper.ident or 0, lambda f: True, calls.append)
+    assert armed is not None
+    armed.disarm()
+    armed.disarm()  # twice is fine
+    go.set()
+    sleeper.join(5)
+    assert calls == [] and not armed.fired.is_set()
+    if sys.version_info >= (3, 12):
+        assert sys.monitoring.get_tool(thread_trace.PAUSE_TOOL_IDS[0]) is None  # the id given back
+    assert thread_trace.arm(sleeper.ident or 0, lambda f: True, calls.append) is None  # it has ended
+
+
+class Slow:
+    def __repr__(self) -> str:  # must never run: a user's repr may block or have effects
+        raise AssertionError("__repr__ called")
+
+
+class FakeTensor:
+    shape = property(lambda self: (1,))  # a Python property: not read either
+
+
+def test_safe_repr_renders_builtins_bounded_and_never_runs_user_code() -> None:
+    assert snapshot.safe_repr(3) == "3" and snapshot.safe_repr("ab") == "'ab'"
+    assert len(snapshot.safe_repr("x" * 10_000)) <= 2 * snapshot.REPR_CHARS
+    assert snapshot.safe_repr([1, 2, 3]) == "[1, 2, 3]"
+    assert snapshot.safe_repr(Slow()) == f"<{__name__}.Slow>"
+    assert snapshot.safe_repr([1, Slow()]) == "<list>"  # a container holding user objects
+    assert snapshot.safe_repr(FakeTensor()) == f"<{__name__}.FakeTensor>"
+
+
+def test_safe_repr_of_a_tensor_reads_shape_dtype_device_only() -> None:
+    torch = pytest.importorskip("torch", reason="torch: the main suite's venv has the CPU build")
+    t = torch.zeros(4, 2)
+    assert snapshot.safe_repr(t) == "<torch.Tensor shape=(4, 2) dtype=torch.float32 device=cpu>"
+
+
+def test_frames_of_a_blocked_thread_carry_their_locals() -> None:
+    import sys
+
+    go = threading.Event()
+    sleeper = _start(_sleeper, go)
+    frames = snapshot.frames_of(sys._current_frames()[sleeper.ident or 0])
+    go.set()
+    sleeper.join(5)
+    mine = next(f for f in frames if f["function"] == "_sleeper")
+    assert mine["file"] == __file__ and mine["locals"]["go"].startswith("<threading.Event")
+
+
+@pytest.mark.parametrize(("text", "want"), [
+    ("train-run:1", Target("rank", run="train-run", rank=1)),
+    ("a:b:3", Target("rank", run="a:b", rank=3)),
+    ("4242", Target("pid", pid=4242)),
+    ("0a1b2c3d4e5f:4242", Target("pid", node="0a1b2c3d4e5f", pid=4242)),
+    ("0123456789", Target("class", class_id="0123456789")),
+    ("deadbeef01", Target("class", class_id="deadbeef01")),
+])
+def test_targets_parse(text: str, want: Target) -> None:
+    assert pause_target.parse(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "run:", "run:x", "not a target", "ABCDEF0123"])
+def test_bad_targets_say_what_to_give(text: str) -> None:
+    with pytest.raises(BadTarget, match="give RUN:RANK, a pid, NODE:PID or a stack class id"):
+        pause_target.parse(text)
+
+
+BEATS = [
+    {"node_id": "n1", "pid": 10, "train_run": "r", "world_rank": 0},
+    {"node_id": "n1", "pid": 11, "train_run": "r", "world_rank": 1},
+    {"node_id": "n2", "pid": 10, "train_run": "other", "world_rank": 0},
+]
+
+
+def test_a_rank_or_pid_is_found_in_the_beats_and_a_pid_on_two_nodes_is_refused() -> None:
+    assert pause_target.from_beats(Target("rank", run="r", rank=1), BEATS) == Worker("n1", 11, "r", 1)
+    assert pause_target.from_beats(Target("rank", run="r", rank=5), BEATS) is None
+    assert pause_target.from_beats(Target("pid", node="n2", pid=10), BEATS) == Worker("n2", 10, "other", 0)
+    with pytest.raises(BadTarget, match="pid 10 is on several nodes"):
+        pause_target.from_beats(Target("pid", pid=10), BEATS)
+
+
+def test_a_class_stands_for_its_first_member() -> None:
+    report = {"classes": [{"id": "0123456789", "train_run": "r",
+                           "members": [{"node_id": "n1", "pid": 11, "world_rank": 1},
+                                       {"node_id": "n1", "pid": 12, "world_rank": 2}]}], "workers": []}
+    assert pause_target.from_stacks(Target("class", class_id="0123456789"), report) == Worker("n1", 11, "r", 1)
+    assert pause_target.from_stacks(Target("class", class_id="9999999999"), report) is None
+    assert "class ids change" in pause_target.not_found(Target("class", class_id="9999999999"))
