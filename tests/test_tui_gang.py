@@ -6,11 +6,12 @@ import time
 from typing import Any
 
 from test_gang_classes import ALL_REDUCE, PAUSED, SLEEPING, worker
+from textual.widgets import Static
 from tui_support import FakeGateway, record, until
 
 from raydbg.gang import classes
 from raydbg.tui.app import create_app
-from raydbg.tui.gang_view import ClassDetail, GangScreen
+from raydbg.tui.gang_view import ClassDetail, GangScreen, SnapshotDetail
 from raydbg.tui.row_table import RowTable
 
 
@@ -122,3 +123,76 @@ async def test_a_runs_ranks_show_their_collective_and_step_times_the_culprit_and
         # Live: new step times show without a key press.
         steps[0]["busy_median_s"] = 0.25
         await until(pilot, lambda: table(app, "gang-ranks")._rows["rank0"][3] == "0.250", timeout=10)
+
+
+class PauseFake(StacksFake):
+    """Answers `p` as the gateway's POST /api/v1/pause does."""
+
+    def __init__(self, answer: dict[str, Any], session: dict[str, Any] | None) -> None:
+        super().__init__(answer)
+        self.session = session
+        self.paused: list[tuple[str, str | None]] = []
+
+    async def pause(self, target: str, job: str | None = None, wait_s: float = 5.0) -> dict[str, Any]:
+        self._check()
+        self.paused.append((target, job))
+        return {"target": target, "node_id": "n1", "pid": 11, "thread": "TrainingThread(x)", "session": self.session}
+
+
+def running_run() -> list[dict[str, Any]]:
+    return [worker(r, ALL_REDUCE if r else SLEEPING) for r in range(3)]
+
+
+async def test_p_on_a_class_pauses_its_representative_and_attaches() -> None:
+    gw = PauseFake(answer_of(running_run()), record("sess0000000p", time.time(), train_rank=0, reason="pause"))
+    app = create_app(gw, refresh=0.05)
+    requested: list[str] = []
+    app.open_debug = requested.append  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+        await pilot.press("down", "enter")  # the run: its classes, the odd one (rank 0) first
+        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 2)
+        first = table(app, "gang-classes").row_keys[0]
+        await pilot.press("p")
+        await until(pilot, lambda: requested == ["sess0000000p"])
+        assert gw.paused == [(first, "01000000")]
+
+
+async def test_p_on_a_rank_blocked_in_c_shows_its_snapshot_with_locals() -> None:
+    snap = record("sess0000000s", time.time(), train_rank=1, reason="pause", state="snapshot",
+                  frames=[{"function": "train_step", "file": "/job/train_loop.py", "line": 104,
+                           "locals": {"step": "3", "grads": "<torch.Tensor shape=(4, 2)>"}}])
+    gw = PauseFake(answer_of(running_run()), snap)
+    app = create_app(gw, refresh=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: len(table(app, "gang-ranks").row_keys) == 3)
+        table(app, "gang-ranks").focus()
+        table(app, "gang-ranks").move_cursor(1)
+        await pilot.press("p")
+        await until(pilot, lambda: isinstance(app.screen, SnapshotDetail))
+        assert gw.paused == [("train-x:1", "01000000")]
+        shown = str(app.screen.query_one(Static).render())
+        assert "blocked in C" in shown and "step = 3" in shown and "grads = <torch.Tensor shape=(4, 2)>" in shown
+        await pilot.press("escape")
+        status = app.screen.query_one("#gang-status")
+        await until(pilot, lambda: "snapshot sess0000000s" in str(status.render()))
+
+
+async def test_p_says_what_went_wrong_in_the_status_line() -> None:
+    gw = PauseFake(answer_of(running_run()), None)
+    app = create_app(gw, refresh=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+        status = app.screen.query_one("#gang-status")
+        await pilot.press("p")  # on the targets table: nothing to pause there
+        await until(pilot, lambda: "pick one first" in str(status.render()))
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 2)
+        gw.failure = "pid 11 runs as nobody: raydbg pauses only its own user's workers (root)"
+        await pilot.press("p")
+        await until(pilot, lambda: "runs as nobody" in str(status.render()))

@@ -6,7 +6,9 @@ the middle one the chosen target's stack classes, odd ones first. Enter on a cla
 attaches to a paused rank in it (the sessions pane's attach path: an AttachRequested
 message) or, when none is paused, shows its full stack. For a run, the bottom table
 has one row per rank: its state, the collective it is in, its recent step times
-(refreshed every STEPS_EVERY_S), stragglers marked.
+(refreshed every STEPS_EVERY_S), stragglers marked. `p` on a class (its representative)
+or a rank pauses it (`raydbg pause`) and attaches; a rank blocked in C shows its
+snapshot (frames and locals) instead, and Enter attaches once it is paused.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from textual.widgets import Footer, Static
 
 from raydbg.gang import classes, frames
 from raydbg.gang.ranks import rank_ranges
-from raydbg.tui.messages import AttachRequested, StacksUpdated, StepsUpdated
+from raydbg.tui.messages import AttachRequested, PauseAnswered, StacksUpdated, StepsUpdated
 from raydbg.tui.row_table import RowTable, set_border_title
 
 TARGET_COLUMNS = ("target", "workers", "held by", "waiting", "behind")
@@ -39,6 +41,8 @@ class StacksGateway(Protocol):
     async def stacks(self, job: str | None = None, run: str | None = None) -> dict[str, Any]: ...
 
     async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]: ...
+
+    async def pause(self, target: str, job: str | None = None, wait_s: float = 5.0) -> dict[str, Any]: ...
 
 
 def targets(answer: dict[str, Any]) -> list[tuple[str, tuple[str, ...]]]:
@@ -109,6 +113,17 @@ def rank_rows(run: dict[str, Any] | None, steps: dict[str, Any] | None) -> list[
     return rows
 
 
+def pause_target(table_id: str | None, key: str | None, run: tuple[str, str] | None) -> str | None:
+    """What `p` pauses: the highlighted class (its id stands for its first member) or rank (pure)."""
+    if key is None:
+        return None
+    if table_id == "gang-classes":
+        return key
+    if table_id == "gang-ranks" and run is not None and key.startswith("rank"):
+        return f"{run[1]}:{key[4:]}"
+    return None
+
+
 def session_to_attach(cls: dict[str, Any], workers: list[dict[str, Any]]) -> str | None:
     by = {(w.get("node_id"), w.get("pid")): w for w in workers}
     for m in cls["members"]:
@@ -129,6 +144,7 @@ class GangScreen(Screen[None]):
     BINDINGS = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("r", "reload", "Refresh"),
+        Binding("p", "pause", "Pause and attach"),
     ]
 
     def __init__(self, gateway: StacksGateway) -> None:
@@ -201,6 +217,40 @@ class GangScreen(Screen[None]):
         self.query_one("#gang-status", Static).update("gang view · taking stacks…")
         self.load()
 
+    def action_pause(self) -> None:
+        focused = self.focused
+        table = focused if isinstance(focused, RowTable) else None
+        target = pause_target(table.id if table else None, table.cursor_key if table else None, self._run_target())
+        status = self.query_one("#gang-status", Static)
+        if target is None:
+            status.update("gang view · p pauses the highlighted stack class or rank: pick one first")
+            return
+        status.update(f"gang view · pausing {target}…")
+        self.pause_worker(target, self._run_target())
+
+    @work(exclusive=True, group="pause")
+    async def pause_worker(self, target: str, run: tuple[str, str] | None) -> None:
+        try:
+            answer = await self.gateway.pause(target, job=run[0] if run else None)
+        except Exception as exc:  # the gateway's one line (not ours, another user's, no such rank)
+            self.post_message(PauseAnswered(target, None, str(exc)))
+            return
+        self.post_message(PauseAnswered(target, answer))
+
+    def on_pause_answered(self, message: PauseAnswered) -> None:
+        status = self.query_one("#gang-status", Static)
+        rec = (message.answer or {}).get("session")
+        if message.error is not None or rec is None:
+            status.update(f"gang view · pause {message.target}: "
+                          + (message.error or "asked; not listed yet (see the sessions pane)"))
+        elif rec.get("state") == "snapshot":
+            status.update(f"gang view · {message.target} is blocked in C: snapshot {rec['id']}; "
+                          "Enter attaches once it is back in Python")
+            self.app.push_screen(SnapshotDetail(rec))
+        else:
+            self.app.pop_screen()
+            self.app.post_message(AttachRequested(str(rec["id"])))
+
     def on_stacks_updated(self, message: StacksUpdated) -> None:
         self.answer = message.answer
         self.query_one("#gang-targets", RowTable).set_rows(targets(self.answer))
@@ -264,3 +314,31 @@ class ClassDetail(ModalScreen[None]):
         with VerticalScroll(id="class-detail"):
             yield Static(text)
 
+
+
+class SnapshotDetail(ModalScreen[None]):
+    """A thread `raydbg pause` could not stop yet (blocked in C): its frames, innermost first,
+    with their locals (safe reprs); it becomes a session once back in Python."""
+
+    DEFAULT_CSS = """
+    SnapshotDetail { align: center middle; }
+    #snapshot-detail { width: 90%; max-width: 120; height: 80%; border: round $warning;
+                       background: $surface; padding: 0 1; }
+    """
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
+
+    def __init__(self, rec: dict[str, Any]) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def compose(self) -> ComposeResult:
+        text = Text.assemble((f"snapshot {self.rec['id']}: thread {self.rec.get('thread_name')} is blocked in C", "bold"),
+                             "\n(it becomes a session, attachable, when it returns to Python)\n\n")
+        for f in self.rec.get("frames") or []:
+            style = "dim" if frames.is_internal(f) else "bold"
+            text.append(f"{f.get('function')}  ", style=style)
+            text.append(f"{os.path.basename(str(f.get('file')))}:{f.get('line')}\n", style="dim")
+            for name, value in (f.get("locals") or {}).items():
+                text.append(f"    {name} = {value}\n", style="" if style == "bold" else "dim")
+        with VerticalScroll(id="snapshot-detail"):
+            yield Static(text)

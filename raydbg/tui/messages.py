@@ -48,6 +48,15 @@ class StepsUpdated(Message):
 
 
 @dataclass
+class PauseAnswered(Message):
+    """A `POST /api/v1/pause` answer (`raydbg pause`), or the one-line error it failed with."""
+
+    target: str
+    answer: dict[str, Any] | None
+    error: str | None = None
+
+
+@dataclass
 class AttachRequested(Message):
     session_id: str
 
