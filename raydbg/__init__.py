@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from raydbg.version import __version__
@@ -10,7 +13,7 @@ from raydbg.version import __version__
 if TYPE_CHECKING:
     from raydbg.activation import runtime_env
 
-__all__ = ["runtime_env", "progress", "breakpoint", "__version__"]
+__all__ = ["runtime_env", "progress", "data_wait", "breakpoint", "__version__"]
 
 
 def progress(step: int | None = None) -> None:
@@ -18,6 +21,19 @@ def progress(step: int | None = None) -> None:
     from raydbg.progress_records import beat
 
     beat(step)
+
+
+@contextlib.contextmanager
+def data_wait() -> Iterator[None]:
+    """Time spent inside is this step's wait for data (`raydbg steps`, straggler events); Ray
+    Data's batch iterators count by themselves in an activated job."""
+    from raydbg.progress_records import waited_for_data
+
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        waited_for_data(time.perf_counter() - start)
 
 
 def breakpoint(all_ranks: bool = False) -> None:  # noqa: A001  (mirrors the builtin on purpose)

@@ -74,6 +74,9 @@ class Beat:
         self._arrived_at: float | None = None
         self._busy: deque[float] = deque(maxlen=RECENT_STEPS)
         self._wait: deque[float] = deque(maxlen=RECENT_STEPS)
+        # Of each step's work time, how much went waiting for data (waited_for_data).
+        self._data: deque[float] = deque(maxlen=RECENT_STEPS)
+        self._data_now = 0.0
 
     def _ensure(self, now: float) -> int:
         if self._fd is None or self._pid != os.getpid():
@@ -99,10 +102,12 @@ class Beat:
                 self._resumed_at = self._arrived_at = None  # the first step's time starts after it
             elif self._resumed_at is not None:
                 self._busy.append(round(now - self._resumed_at, 4))
+                self._data.append(round(self._data_now, 4))
+            self._data_now = 0.0
             if timed:
                 self._arrived_at = now if sync else None
                 self._resumed_at = None if sync else now
-            times = f'"busy_s": {list(self._busy)}, "wait_s": {list(self._wait)}'
+            times = f'"busy_s": {list(self._busy)}, "wait_s": {list(self._wait)}, "data_s": {list(self._data)}'
             data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {times}, {self._static}}}'
             if len(data) > RECORD_SIZE:  # never cut the identity: drop the step times instead
                 data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {self._static}}}'
@@ -117,6 +122,11 @@ class Beat:
                 self._wait.append(round(now - self._arrived_at, 4))
                 self._arrived_at = None
             self._resumed_at = now
+
+    def waited_for_data(self, seconds: float) -> None:
+        """Part of this step's work time went waiting for data (a batch iterator's next())."""
+        with self._lock:
+            self._data_now += seconds
 
     def done(self) -> None:
         """The work this record tracked ended (the Train run shut down): no more a candidate."""
@@ -144,6 +154,14 @@ def beat(step: int | None = None, source: str = "progress", sync: bool = False, 
 def resumed() -> None:
     """After the sync point of a beat (a Train report) returned: see Beat."""
     _beat.resumed()
+
+
+def waited_for_data(seconds: float) -> None:
+    """`seconds` of the current step went waiting for data; never raises into the caller."""
+    try:
+        _beat.waited_for_data(seconds)
+    except Exception:
+        pass
 
 
 def done() -> None:

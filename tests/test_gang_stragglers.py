@@ -144,3 +144,43 @@ def test_median_without_one_value_is_the_median_of_the_rest() -> None:
             rest = list(values)
             rest.remove(v)
             assert stragglers.median_without(ordered, v) == pytest.approx(statistics.median(rest))
+
+
+def test_records_carry_each_steps_wait_for_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
+    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r", "world_rank": 0})
+    clock = Clock()
+    monkeypatch.setattr(progress.time, "time", clock)
+    b = progress.Beat()
+    b.waited_for_data(9.0)  # before the first measured step: counted nowhere
+    b.beat(None, "train.report", sync=True)
+    b.resumed()
+    for work, data in [(0.5, 0.3), (0.2, 0.0), (0.4, 0.1)]:
+        b.waited_for_data(data / 2)
+        b.waited_for_data(data / 2)
+        clock.now += work
+        b.beat(None, "train.report", sync=True)
+        b.resumed()
+    got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())
+    assert got["busy_s"] == [0.5, 0.2, 0.4] and got["data_s"] == [0.3, 0.0, 0.1]
+    assert stragglers.step_times(got, "data_s") == {2: 0.3, 3: 0.0, 4: 0.1}
+    b.done()
+
+
+def with_data(r: dict[str, Any], data: list[float]) -> dict[str, Any]:
+    return {**r, "data_s": data}
+
+
+def test_a_straggler_waiting_for_data_is_told_from_one_computing() -> None:
+    waiting = [with_data(rec(0, [SLOW] * 6), [0.3] * 6)] + [with_data(rec(r, [FAST] * 6), [0.0] * 6) for r in (1, 2)]
+    (found,) = StragglerDecider(Settings()).update(waiting, [])
+    assert found["data"] == {"data_wait_s": 0.3, "compute_s": 0.1, "others_data_wait_s": 0.0, "others_compute_s": 0.1}
+    assert "the extra time goes waiting for data: data wait 0.30s vs 0.00s, compute 0.10s vs 0.10s" in (
+        stragglers.message(found))
+    computing = [with_data(rec(0, [SLOW] * 6), [0.05] * 6)] + [with_data(rec(r, [FAST] * 6), [0.05] * 6)
+                                                             for r in (1, 2)]
+    (found,) = StragglerDecider(Settings()).update(computing, [])
+    assert found["data"]["compute_s"] == 0.35 and "the extra time goes computing" in stragglers.message(found)
+    # No data marks at all (or only zeros): nothing to split, the message as before.
+    (found,) = StragglerDecider(Settings()).update(beats([SLOW] * 6, [FAST] * 6), [])
+    assert found["data"] is None and "extra time goes" not in stragglers.message(found)

@@ -46,6 +46,7 @@ from raydbg._ray_internals.activation import (
     is_worker_process,
 )
 from raydbg._ray_internals.authentication import ray_auth_token, token_auth_in_ray
+from raydbg._ray_internals.data_iter import DATA_ITERATOR_MODULE, wrap_iter_batches
 from raydbg._ray_internals.features import missing_features
 from raydbg._ray_internals.gcs import alive_actor_rows, all_task_events, gcs_client, gcs_state
 from raydbg._ray_internals.post_mortem import POST_MORTEM_MODULES, route_post_mortem
@@ -83,6 +84,7 @@ from raydbg._ray_internals.train import (
 RAY_VERSIONS_WRITTEN_FOR = ("2.51.0", "2.60.0")
 
 __all__ = [
+    "DATA_ITERATOR_MODULE",
     "POST_MORTEM_MODULES",
     "RAY_VERSIONS_WRITTEN_FOR",
     "SETUP_HOOK_ENV",
@@ -117,6 +119,7 @@ __all__ = [
     "train_runs",
     "unwrap_task_submit",
     "worker_mode",
+    "wrap_iter_batches",
     "wrap_task_submit",
     "wrap_torch_pg_setup",
     "wrap_torch_shutdown",

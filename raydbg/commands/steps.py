@@ -9,7 +9,7 @@ from typing import Any
 
 from raydbg.commands.base import add_gateway_args, gateway_from_args, print_json
 
-COLUMNS = ["RANK", "NODE", "PID", "STEP", "WORK", "WAIT", "LAST", "RECENT WORK (s, oldest first)"]
+COLUMNS = ["RANK", "NODE", "PID", "STEP", "WORK", "DATA", "WAIT", "LAST", "RECENT WORK (s, oldest first)"]
 
 
 def _s(value: float | None) -> str:
@@ -29,9 +29,9 @@ def render(answer: dict[str, Any], width: int | None) -> str:
         lines.append(f"Train run {run['train_run']} (job {run['job_id']}): {flag}")
         rows = [[f"{r['world_rank']}{' *' if r.get('straggler') else ''}", str(r.get("node_id") or "")[:8],
                  str(r.get("pid") or ""), str(r.get("step") or ""), _s(r.get("busy_median_s")),
-                 _s(r.get("wait_median_s")), f"{r.get('last_progress_s')}s ago",
+                 _s(r.get("data_median_s")), _s(r.get("wait_median_s")), f"{r.get('last_progress_s')}s ago",
                  " ".join(f"{t:.2f}" for t in r.get("busy_s") or [])] for r in run.get("ranks") or []]
-        lines += ["  " + line for line in table(COLUMNS, rows, width, drop_order=["PID", "NODE"])]
+        lines += ["  " + line for line in table(COLUMNS, rows, width, drop_order=["PID", "NODE", "DATA"])]
     for err in answer.get("errors") or []:
         lines.append(f"node {err.get('node_id')}: {err.get('error')}")
     return "\n".join(lines)

@@ -2,7 +2,8 @@
 
 The input is the node-merged progress records (raydbg/progress_records.py): each rank's
 record carries the work time of its recent steps (`busy_s`, from the end of one sync point
-to the arrival at the next) and the step number of the newest. Steps line up across ranks
+to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray Data's
+batch iterators, `raydbg.data_wait()`) and the step number of the newest. Steps line up across ranks
 by number. A rank straggles when, for each of the last `steps` steps that every rank has
 recorded, its work time is above `factor` x the median of the others' and at least
 `min_extra_s` longer. That leaves out a uniform slowdown (the median rises with it), a
@@ -49,14 +50,34 @@ class Settings:
                    min_extra_s=read("RAYDBG_STRAGGLER_MIN_EXTRA_S", d.min_extra_s, 0.0))
 
 
-def step_times(rec: dict[str, Any]) -> dict[int, float]:
-    """{step number: work seconds} of one record's recent steps (the newest is `step`)."""
-    busy = rec.get("busy_s")
-    if not isinstance(busy, list) or not busy:
+def step_times(rec: dict[str, Any], field: str = "busy_s") -> dict[int, float]:
+    """{step number: seconds} of one record's recent steps (the newest is `step`): their work
+    time (`busy_s`), or the part of it spent waiting for data (`data_s`)."""
+    times = rec.get(field)
+    if not isinstance(times, list) or not times:
         return {}
     newest = int(rec.get("step") or 0)
-    first = newest - len(busy) + 1
-    return {first + i: float(t) for i, t in enumerate(busy)}
+    first = newest - len(times) + 1
+    return {first + i: float(t) for i, t in enumerate(times)}
+
+
+def data_split(ranks: dict[int, dict[str, Any]], rank: int, steps: list[int]) -> dict[str, float] | None:
+    """Where a straggler's work time went over `steps`: its median wait for data and compute,
+    and the others' (medians over ranks of their medians); None without data marks."""
+    def medians(r: int) -> tuple[float, float] | None:
+        busy, data = step_times(ranks[r]), step_times(ranks[r], "data_s")
+        if not all(s in data and s in busy for s in steps):
+            return None
+        return (statistics.median(data[s] for s in steps),
+                statistics.median(busy[s] - data[s] for s in steps))
+
+    mine = medians(rank)
+    others = [m for r in ranks if r != rank and (m := medians(r)) is not None]
+    if mine is None or not others or (mine[0] == 0 and all(o[0] == 0 for o in others)):
+        return None  # no step of any rank waited in a marked data wait: nothing to split
+    return {"data_wait_s": round(mine[0], 4), "compute_s": round(mine[1], 4),
+            "others_data_wait_s": round(statistics.median(o[0] for o in others), 4),
+            "others_compute_s": round(statistics.median(o[1] for o in others), 4)}
 
 
 def train_ranks(beats: Iterable[dict[str, Any]]) -> dict[RunKey, dict[int, dict[str, Any]]]:
@@ -103,6 +124,7 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, 
                 "others_median_s": [round(m, 4) for m in medians],
                 "ratio": round(statistics.median(mine[step] / m if m > 0 else float("inf")
                                                  for step, m in zip(last, medians, strict=True)), 2),
+                "data": data_split(ranks, rank, last),
             }
     return found
 
@@ -137,9 +159,17 @@ class StragglerDecider:
 def message(found: dict[str, Any]) -> str:
     mine = statistics.median(found["busy_s"])
     others = statistics.median(found["others_median_s"])
-    return (f"Train run {found['train_run']} (job {found['job_id']}): rank {found['world_rank']} worked "
+    text = (f"Train run {found['train_run']} (job {found['job_id']}): rank {found['world_rank']} worked "
             f"{found['ratio']}x as long as the others' median for the last {len(found['steps'])} steps "
             f"({mine:.2f}s vs {others:.2f}s a step)")
+    split = found.get("data")
+    if split:
+        extra_data = split["data_wait_s"] - split["others_data_wait_s"]
+        extra_compute = split["compute_s"] - split["others_compute_s"]
+        where = "waiting for data" if extra_data > extra_compute else "computing"
+        text += (f"; the extra time goes {where}: data wait {split['data_wait_s']:.2f}s vs "
+                 f"{split['others_data_wait_s']:.2f}s, compute {split['compute_s']:.2f}s vs {split['others_compute_s']:.2f}s")
+    return text
 
 
 def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = None, run: str | None = None,
@@ -155,11 +185,13 @@ def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = No
         for rank, rec in sorted(ranks.items()):
             busy = [float(t) for t in rec.get("busy_s") or []]
             wait = [float(t) for t in rec.get("wait_s") or []]
+            data = [float(t) for t in rec.get("data_s") or []]
             rows.append({"world_rank": rank, "node_id": rec.get("node_id"), "pid": rec.get("pid"),
                          "step": rec.get("step"), "last_progress_s": round(max(0.0, now - float(rec.get("ts", 0))), 1),
-                         "busy_s": busy, "wait_s": wait,
+                         "busy_s": busy, "wait_s": wait, "data_s": data,
                          "busy_median_s": round(statistics.median(busy), 4) if busy else None,
                          "wait_median_s": round(statistics.median(wait), 4) if wait else None,
+                         "data_median_s": round(statistics.median(data), 4) if data else None,
                          "straggler": rank in slow})
         out.append({"job_id": job_id, "train_run": name, "ranks": rows,
                     "stragglers": sorted(slow), "factor": settings.factor, "steps": settings.steps})

@@ -86,3 +86,73 @@ def test_stacks_and_the_hang_event_of_a_stuck_run_without_torch(cluster: tuple[C
         fit.join(180)
     assert "out" in result and result["out"].error is None
     assert len(_hang_events(gw)) == 1  # once per stall
+
+
+def data_then_work(config: dict[str, Any]) -> None:
+    """Each step: rank 0 waits 0.3 s for "data" (raydbg.data_wait), every rank works 0.1 s, then reports."""
+    import ray.train
+
+    import raydbg
+
+    rank = ray.train.get_context().get_world_rank()
+    for step in range(config["steps"]):
+        with raydbg.data_wait():
+            time.sleep(0.3 if rank == 0 else 0.0)
+        time.sleep(0.1)
+        ray.train.report({"step": step})
+
+
+def test_a_straggler_waiting_for_data_is_named_with_where_its_time_goes(cluster: tuple[Cluster, Any],
+                                                                         tmp_path: Path) -> None:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+    _, gw = cluster
+    run = "generic-data-wait"
+    trainer = DataParallelTrainer(
+        data_then_work, train_loop_config={"steps": 12},
+        scaling_config=ScalingConfig(num_workers=3, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name=run, storage_path=str(tmp_path / "storage")),
+    )
+    trainer.fit()
+
+    def straggler() -> list[dict[str, Any]]:
+        return [e for e in asyncio.run(gw.events(500))
+                if e.get("kind") == "straggler" and (e.get("details") or {}).get("train_run") == run]
+
+    (event,) = wait_until(straggler, 30, "a straggler event for the run", every=0.5)
+    details = event["details"]
+    assert details["world_rank"] == 0
+    assert details["data"]["data_wait_s"] >= 0.25 and details["data"]["others_data_wait_s"] < 0.05, details
+    assert "the extra time goes waiting for data" in event["message"]
+
+
+def ray_data_waits() -> list[float]:
+    """In an activated worker: iterate a Ray Data dataset whose batches take 0.2 s to make, one
+    progress beat per batch; this worker's recorded data waits."""
+    import json as json_
+    import os
+
+    import ray
+
+    import raydbg
+    from raydbg import progress_records
+
+    def slow(batch: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(0.2)
+        return batch
+
+    raydbg.progress()
+    for _ in ray.data.range(8, override_num_blocks=4).map_batches(slow, batch_size=2).iter_batches(
+            batch_size=2, prefetch_batches=0):
+        raydbg.progress()
+    record = json_.loads((progress_records.progress_dir() / str(os.getpid())).read_bytes())
+    progress_records.done()
+    return [float(t) for t in record["data_s"]]
+
+
+def test_ray_datas_batch_iterators_count_as_waits_for_data(cluster: tuple[Cluster, Any]) -> None:
+    import ray
+
+    waits = ray.get(ray.remote(ray_data_waits).remote(), timeout=180)
+    assert len(waits) >= 3 and sum(waits) > 0.3, waits  # the batches' making, waited for in next()
