@@ -4,6 +4,8 @@
 `iter_torch_batches`, `iter_rows` and the TF ones; it returns an iterable whose each
 `next()` blocks until a batch is ready. What the caller does between two `next()`s is
 its compute.
+
+Written for Ray 2.51.x to 2.60.x (the same method in 2.51.2, 2.55.1 and 2.60.0).
 """
 
 from __future__ import annotations
