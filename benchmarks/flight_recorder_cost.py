@@ -8,8 +8,10 @@ alternate, in random order within each pair (paired A/B), and an A/A control run
 trials the same way. Two loops:
 - `collectives`: a step is 20 `all_reduce`s of 256 floats (collective-heavy: the recorder's
   per-collective cost is as large a share of the step as it can be);
-- `ddp`: a small MLP under DistributedDataParallel, forward + backward + SGD on 64x256
-  inputs (gradient all_reduce in buckets: a training step).
+- `sd_tiny`: the SD reference app's tiny preset UNet, its training step (noise, forward,
+  MSE, backward, AdamW) under DistributedDataParallel (gradient all_reduce in buckets),
+  `--steps / 10` steps a trial;
+- `ddp` (not run unless named): a small MLP under DistributedDataParallel.
 Each trial's time per step is rank 0's (after 20 warm-up steps). The ratio on/off and the
 A/A ratio: median of the per-pair ratios with a 95 % bootstrap interval
 (benchmarks/paired_stats.py). Goal: within noise, at most 1 %.
@@ -41,7 +43,25 @@ RANK = textwrap.dedent("""
     dist.init_process_group("gloo", rank=rank, world_size=2)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    if loop == "ddp":
+    if loop == "sd_tiny":  # the SD app's tiny preset UNet, its training step under DDP
+        sys.path.insert(0, os.environ["RAYDBG_REPO"])
+        from diffusers import UNet2DConditionModel
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        from sd_reference.presets import tiny
+        preset = tiny()
+        model = DDP(UNet2DConditionModel(**preset.unet))
+        opt = torch.optim.AdamW(model.parameters(), preset.lr)
+        size = preset.unet["sample_size"]
+        latents = torch.randn(preset.batch_size, 4, size, size)
+        text = torch.randn(preset.batch_size, 4, preset.unet["cross_attention_dim"])
+        def step():
+            noise = torch.randn_like(latents)
+            t = torch.randint(0, 1000, (preset.batch_size,))
+            loss = torch.nn.functional.mse_loss(model(latents + noise, t, encoder_hidden_states=text).sample, noise)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    elif loop == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)))
         opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -75,7 +95,10 @@ def free_port() -> int:
 
 
 def trial(loop: str, steps: int, recorder: bool) -> float:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()), "OMP_NUM_THREADS": "1",
+           "RAYDBG_REPO": str(Path(__file__).resolve().parents[1])}
+    if loop == "sd_tiny":
+        steps = max(10, steps // 10)  # a UNet step is ~10x a small loop's
     env.pop("TORCH_FR_BUFFER_SIZE", None)
     if recorder:
         env["TORCH_FR_BUFFER_SIZE"] = "2000"
@@ -96,7 +119,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=10)
     ap.add_argument("--steps", type=int, default=200)
-    ap.add_argument("--loops", nargs="+", default=["collectives", "ddp"], choices=["collectives", "ddp"])
+    ap.add_argument("--loops", nargs="+", default=["collectives", "sd_tiny"], choices=["collectives", "ddp", "sd_tiny"])
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "flight_recorder_cost.json")
     args = ap.parse_args()
     with open("/proc/loadavg") as f:
