@@ -30,7 +30,6 @@ log = logging.getLogger("raydbg.worker")
 GRACE_S = 0.1  # a thread running Python reaches its next line within microseconds
 REASON = "pause"
 
-
 _lock = threading.Lock()
 _armed: dict[int, thread_trace.Armed] = {}  # thread ident -> its pending pause
 

@@ -20,7 +20,14 @@ import pytest
 from cluster import needs_torch
 
 from e2e import pause_targets as targets
-from e2e.conftest import Cluster, wait_for_session, wait_gone, wait_until
+from e2e.conftest import (
+    Cluster,
+    attach_and_inspect,
+    forward,
+    wait_for_session,
+    wait_gone,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 
@@ -116,11 +123,12 @@ def test_pause_a_rank_in_a_python_loop_then_continue(cluster: tuple[Cluster, Any
         # Listed for every client, attachable; the other rank runs on.
         rec = wait_for_session(gw, 30, id=rec["id"])
         assert [s["train_rank"] for s in asyncio.run(gw.sessions()) if s.get("train_run") == run] == [1]
-        # The CLI says the same in a line.
         out = c.cli("list")
         assert rec["id"] in out.stdout, out.stdout + out.stderr
-
-        asyncio.run(gw.continue_session(rec["id"]))
+        # A debugger attaches to it as to any breakpoint: the loop's locals, then a DAP continue.
+        with forward(c.address, rec["id"]) as port:
+            seen = asyncio.run(attach_and_inspect(port, "total", "i * (i - 1) // 2 == total"))
+        assert seen["top"]["line"] in _loop_lines() and seen["evaluated"] == "True", seen
         wait_gone(gw, rec["id"])
         release.touch()
         assert fit.join() == {"rank0": "True", "rank1": "True"}
