@@ -44,23 +44,10 @@ RANK = textwrap.dedent("""
     torch.manual_seed(0)
     torch.set_num_threads(1)
     if loop == "sd_tiny":  # the SD app's tiny preset UNet, its training step under DDP
-        sys.path.insert(0, os.environ["RAYDBG_REPO"])
-        from diffusers import UNet2DConditionModel
+        sys.path[:0] = [os.environ["RAYDBG_REPO"], os.path.join(os.environ["RAYDBG_REPO"], "benchmarks")]
         from torch.nn.parallel import DistributedDataParallel as DDP
-        from sd_reference.presets import tiny
-        preset = tiny()
-        model = DDP(UNet2DConditionModel(**preset.unet))
-        opt = torch.optim.AdamW(model.parameters(), preset.lr)
-        size = preset.unet["sample_size"]
-        latents = torch.randn(preset.batch_size, 4, size, size)
-        text = torch.randn(preset.batch_size, 4, preset.unet["cross_attention_dim"])
-        def step():
-            noise = torch.randn_like(latents)
-            t = torch.randint(0, 1000, (preset.batch_size,))
-            loss = torch.nn.functional.mse_loss(model(latents + noise, t, encoder_hidden_states=text).sample, noise)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+        from sd_tiny_step import make_step
+        step = make_step(DDP)
     elif loop == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
         model = DDP(torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 256)))

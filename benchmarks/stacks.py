@@ -47,25 +47,13 @@ STEP_LOOP = r"""
 import json, statistics, sys, time
 sys.path.insert(0, {repo!r})
 import torch
-from diffusers import UNet2DConditionModel
+sys.path.insert(0, {repo!r} + "/benchmarks")
+from sd_tiny_step import make_step
 import raydbg
 from raydbg.gang import cooperative
-from sd_reference.presets import tiny
 torch.set_num_threads(1)
 torch.manual_seed(0)
-preset = tiny()  # the SD app's tiny preset: its UNet, batch and latent shape
-model = UNet2DConditionModel(**preset.unet)
-opt = torch.optim.AdamW(model.parameters(), preset.lr)
-size = preset.unet["sample_size"]
-latents = torch.randn(preset.batch_size, 4, size, size)
-text = torch.randn(preset.batch_size, 4, preset.unet["cross_attention_dim"])
-
-def step():
-    noise = torch.randn_like(latents)
-    t = torch.randint(0, 1000, (preset.batch_size,))
-    pred = model(latents + noise, t, encoder_hidden_states=text).sample
-    loss = torch.nn.functional.mse_loss(pred, noise)
-    opt.zero_grad(); loss.backward(); opt.step()
+step = make_step()  # the SD app's tiny preset: its UNet, batch and latent shape
 
 def block(n, beat=False):
     times = []

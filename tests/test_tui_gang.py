@@ -139,6 +139,16 @@ class PauseFake(StacksFake):
         return {"target": target, "node_id": "n1", "pid": 11, "thread": "TrainingThread(x)", "session": self.session}
 
 
+async def open_gang_view(pilot: Any, app: Any, pick_run: bool = False) -> None:
+    """`g`, then (pick_run) Enter on the Train run: its 2 classes and 3 ranks shown."""
+    await pilot.press("g")
+    await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+    if pick_run:
+        await pilot.press("down", "enter")
+        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 2
+                    and len(table(app, "gang-ranks").row_keys) == 3)
+
+
 def running_run() -> list[dict[str, Any]]:
     return [worker(r, ALL_REDUCE if r else SLEEPING) for r in range(3)]
 
@@ -149,10 +159,7 @@ async def test_p_on_a_class_pauses_its_representative_and_attaches() -> None:
     requested: list[str] = []
     app.open_debug = requested.append  # type: ignore[method-assign]
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("g")
-        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
-        await pilot.press("down", "enter")  # the run: its classes, the odd one (rank 0) first
-        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 2)
+        await open_gang_view(pilot, app, pick_run=True)  # the run's classes, the odd one (rank 0) first
         first = table(app, "gang-classes").row_keys[0]
         await pilot.press("p")
         await until(pilot, lambda: requested == ["sess0000000p"])
@@ -166,10 +173,7 @@ async def test_p_on_a_rank_blocked_in_c_shows_its_snapshot_with_locals() -> None
     gw = PauseFake(answer_of(running_run()), snap)
     app = create_app(gw, refresh=0.05)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("g")
-        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
-        await pilot.press("down", "enter")
-        await until(pilot, lambda: len(table(app, "gang-ranks").row_keys) == 3)
+        await open_gang_view(pilot, app, pick_run=True)
         table(app, "gang-ranks").focus()
         table(app, "gang-ranks").move_cursor(1)
         await pilot.press("p")
@@ -186,8 +190,7 @@ async def test_p_says_what_went_wrong_in_the_status_line() -> None:
     gw = PauseFake(answer_of(running_run()), None)
     app = create_app(gw, refresh=0.05)
     async with app.run_test(size=(100, 30)) as pilot:
-        await pilot.press("g")
-        await until(pilot, lambda: isinstance(app.screen, GangScreen) and len(table(app, "gang-targets").row_keys) > 1)
+        await open_gang_view(pilot, app)
         status = app.screen.query_one("#gang-status")
         await pilot.press("p")  # on the targets table: nothing to pause there
         await until(pilot, lambda: "pick one first" in str(status.render()))

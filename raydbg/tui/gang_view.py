@@ -288,57 +288,49 @@ class GangScreen(Screen[None]):
             self.app.push_screen(ClassDetail(cls))
 
 
-class ClassDetail(ModalScreen[None]):
-    """One class's whole stack (the thread that decided it), innermost first, and its members."""
+class FramesDetail(ModalScreen[None]):
+    """A stack in a modal, innermost first: the user's frames bold, the rest dim; a frame's
+    locals under it where it carries them (a snapshot's)."""
 
     DEFAULT_CSS = """
-    ClassDetail { align: center middle; }
-    #class-detail { width: 90%; max-width: 120; height: 80%; border: round $accent;
-                    background: $surface; padding: 0 1; }
+    FramesDetail { align: center middle; }
+    FramesDetail > VerticalScroll { width: 90%; max-width: 120; height: 80%; border: round $accent;
+                                    background: $surface; padding: 0 1; }
     """
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
 
-    def __init__(self, cls: dict[str, Any]) -> None:
+    def __init__(self, head: Text, stack: list[dict[str, Any]], tail: str = "") -> None:
         super().__init__()
-        self.cls = cls
+        self.head, self.stack, self.tail = head, stack, tail
 
     def compose(self) -> ComposeResult:
-        text = Text.assemble((self.cls["summary"], "bold"), f"\nthread {self.cls.get('thread')}\n\n")
-        for f in self.cls["frames"]:
-            style = "dim" if frames.is_internal(f) else "bold"
-            text.append(f"{f.get('function')}  ", style=style)
-            text.append(f"{os.path.basename(str(f.get('file')))}:{f.get('line')}\n", style="dim")
-        text.append("\nmembers: " + ", ".join(
-            f"rank {m['world_rank']}" if m.get("world_rank") is not None else f"pid {m['pid']}"
-            for m in self.cls["members"]))
-        with VerticalScroll(id="class-detail"):
-            yield Static(text)
-
-
-
-class SnapshotDetail(ModalScreen[None]):
-    """A thread `raydbg pause` could not stop yet (blocked in C): its frames, innermost first,
-    with their locals (safe reprs); it becomes a session once back in Python."""
-
-    DEFAULT_CSS = """
-    SnapshotDetail { align: center middle; }
-    #snapshot-detail { width: 90%; max-width: 120; height: 80%; border: round $warning;
-                       background: $surface; padding: 0 1; }
-    """
-    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
-
-    def __init__(self, rec: dict[str, Any]) -> None:
-        super().__init__()
-        self.rec = rec
-
-    def compose(self) -> ComposeResult:
-        text = Text.assemble((f"snapshot {self.rec['id']}: thread {self.rec.get('thread_name')} is blocked in C", "bold"),
-                             "\n(it becomes a session, attachable, when it returns to Python)\n\n")
-        for f in self.rec.get("frames") or []:
+        text = self.head.copy()
+        for f in self.stack:
             style = "dim" if frames.is_internal(f) else "bold"
             text.append(f"{f.get('function')}  ", style=style)
             text.append(f"{os.path.basename(str(f.get('file')))}:{f.get('line')}\n", style="dim")
             for name, value in (f.get("locals") or {}).items():
                 text.append(f"    {name} = {value}\n", style="" if style == "bold" else "dim")
-        with VerticalScroll(id="snapshot-detail"):
+        text.append(self.tail)
+        with VerticalScroll():
             yield Static(text)
+
+
+class ClassDetail(FramesDetail):
+    """One class's whole stack (the thread that decided it) and its members."""
+
+    def __init__(self, cls: dict[str, Any]) -> None:
+        members = ", ".join(f"rank {m['world_rank']}" if m.get("world_rank") is not None else f"pid {m['pid']}"
+                            for m in cls["members"])
+        super().__init__(Text.assemble((cls["summary"], "bold"), f"\nthread {cls.get('thread')}\n\n"),
+                         cls["frames"], f"\nmembers: {members}")
+
+
+class SnapshotDetail(FramesDetail):
+    """A thread `raydbg pause` could not stop yet (blocked in C), with its frames' locals (safe
+    reprs); it becomes a session once back in Python."""
+
+    def __init__(self, rec: dict[str, Any]) -> None:
+        super().__init__(Text.assemble((f"snapshot {rec['id']}: thread {rec.get('thread_name')} is blocked in C", "bold"),
+                                       "\n(it becomes a session, attachable, when it returns to Python)\n\n"),
+                         rec.get("frames") or [])
