@@ -93,11 +93,17 @@ class Clock:
         return self.now
 
 
-def test_records_carry_work_and_wait_times(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.fixture
+def clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Clock:
+    """Progress records in tmp_path, written by a rank 0 of run "r" on a clock the test moves."""
     monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
     monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r", "world_rank": 0})
-    clock = Clock()
-    monkeypatch.setattr(progress.time, "time", clock)
+    c = Clock()
+    monkeypatch.setattr(progress.time, "time", c)
+    return c
+
+
+def test_records_carry_work_and_wait_times(clock: Clock) -> None:
     b = progress.Beat()
     b.beat(0, "train.setup", timed=False)  # the group exists
     clock.now += 7.0  # the user's own set-up: not a step
@@ -146,11 +152,7 @@ def test_median_without_one_value_is_the_median_of_the_rest() -> None:
             assert stragglers.median_without(ordered, v) == pytest.approx(statistics.median(rest))
 
 
-def test_records_carry_each_steps_wait_for_data(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
-    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r", "world_rank": 0})
-    clock = Clock()
-    monkeypatch.setattr(progress.time, "time", clock)
+def test_records_carry_each_steps_wait_for_data(clock: Clock) -> None:
     b = progress.Beat()
     b.waited_for_data(9.0)  # before the first measured step: counted nowhere
     b.beat(None, "train.report", sync=True)
