@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from raydbg import _ray_internals
+from raydbg._ray_internals.task_start import MAX_IDS
 from raydbg.memory import budgets, service, settings, start_gate
 from raydbg.memory.policy import Candidate
 
@@ -277,6 +279,23 @@ def test_function_default_first_writer_wins(gcs: FakeGcs) -> None:
     tid = TID
     budgets.record_call(tid, "f00d", 1, 1, "g")  # 1 < the recorded 3: its own record
     assert budgets.lookup([tid], {tid: "f00d"})[tid]["max_retries"] == 1
+
+
+def test_a_task_of_one_of_several_wrappers_gets_the_smallest_of_their_defaults(gcs: FakeGcs) -> None:
+    """A worker that loaded one function under two wrappers (two function ids) cannot tell
+    which one a task came from: its record names both; the budget is the smaller default,
+    and unknown while one of them is not recorded (never optimistic)."""
+    budgets.function_default("01000000", "f00d", 3)
+    budgets.function_default("01000000", "beef", 2)
+    budgets.function_default("01000000", "abba", -1)
+    both = {TID: "f00d beef"}
+    assert budgets.lookup([TID], both)[TID]["max_retries"] == 2
+    assert budgets.lookup([TID], {TID: "abba f00d"})[TID]["max_retries"] == 3  # -1: no limit
+    assert budgets.lookup([TID], {TID: "abba"})[TID]["max_retries"] == -1
+    assert budgets.lookup([TID], {TID: "f00d cafe"}) == {}  # cafe's default not recorded
+    budgets.record_call(TID, "f00d", 5, 3, "g")  # the task's own record wins
+    assert budgets.flush(5)
+    assert budgets.lookup([TID], both)[TID]["max_retries"] == 5
 
 
 def test_wait_until_backs_off_and_gives_up() -> None:
@@ -772,6 +791,93 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     assert w.record_task_log_start.__func__ is Worker.record_task_log_start
     task(14)
     assert started[-1] == 14 and len(full) == 9 and len(quick) == 5
+
+
+def test_a_function_wrapped_twice_stays_gated_and_its_tasks_name_both_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`ray.remote(f)` made twice (each wrapper its own function id: Ray Data makes one per
+    dataset) loads one function under two ids in a worker that runs both: its tasks keep
+    their gate and record (the monitor knows their name and task id), naming both ids. A
+    different function under the same module and name goes ungated rather than mixed up."""
+    import ray
+    from ray._private.function_manager import FunctionActorManager
+
+    current = {"fn": "m.nap", "name": "nap"}
+
+    class Core:
+        def get_current_task_function_name(self) -> str:
+            return current["fn"]
+
+        def get_current_task_name(self) -> str:
+            return current["name"]
+
+    class Worker:
+        core_worker = Core()
+        actors: dict[str, Any] = {}
+
+        def record_task_log_start(self, task_id: Any, attempt: int) -> None:
+            pass
+
+        def record_task_log_end(self, task_id: Any, attempt: int) -> None:
+            pass
+
+    class Descriptor:
+        module_name, class_name = "m", ""
+
+        def __init__(self, fid: str, name: str, fn: Any) -> None:
+            self.function_id = type("Id", (), {"hex": lambda _: fid})()
+            self.function_name = name
+            self.fn = fn
+
+        def is_actor_method(self) -> bool:
+            return False
+
+    def nap() -> None:
+        pass
+
+    def other_nap() -> int:  # same module and name as far as Ray says, other code
+        return 1
+
+    @functools.wraps(nap)
+    def traced_nap() -> None:  # a wrapper that keeps __wrapped__ (Ray's tracing does)
+        nap()
+
+    monkeypatch.setattr(ray._private.worker, "global_worker", Worker())
+    monkeypatch.setattr(FunctionActorManager, "get_execution_info",
+                        lambda self, job, d: type("Info", (), {"function": d.fn})())
+    full: list[tuple[str, str]] = []
+
+    def before(tid: str, attempt: int, name: str, fid: str) -> Any:
+        full.append((name, fid))
+        return None  # no ticket: every task takes the full path
+
+    assert _ray_internals.gate_task_functions(before, lambda: None)
+    w = ray._private.worker.global_worker
+
+    def task(n: int) -> None:
+        w.record_task_log_start(_TaskId(n), 0)
+        w.record_task_log_end(_TaskId(n), 0)
+
+    look = FunctionActorManager.get_execution_info
+    look(None, None, Descriptor("f00d", "nap", nap))
+    task(0)
+    look(None, None, Descriptor("beef", "nap", traced_nap))  # ray.remote(max_retries=2)(nap)
+    current["name"] = "Nap Named(x.y)"  # .options(name=...)
+    task(1)
+    look(None, None, Descriptor("f00d", "nap", nap))  # the first one again: nothing new
+    task(2)
+    assert full == [("nap", "f00d"), ("Nap Named(x.y)", "f00d beef"), ("Nap Named(x.y)", "f00d beef")]
+    look(None, None, Descriptor("cafe", "nap", other_nap))
+    task(3)
+    assert len(full) == 3  # ungated: two functions under one key
+    # Past MAX_IDS wrappers of one function, its tasks go ungated too (their records would
+    # grow without end, a Ray Data worker's with every dataset).
+    current.update(fn="m.many", name="many")
+    for i in range(MAX_IDS + 1):
+        look(None, None, Descriptor(f"{i:04x}", "many", nap))
+        task(10 + i)
+    assert [fid.count(" ") + 1 for _, fid in full[3:]] == list(range(1, MAX_IDS + 1))
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:
