@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-matrix lint vscode-test install clean
+.PHONY: demo test test-matrix matrix-venvs main-suite lint vscode-test install clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -73,12 +73,28 @@ test-matrix:
 	$(PY) tests/version_matrix.py render $(MATRIX_RESULTS) > docs/support.md; \
 	echo "docs/support.md rendered from $(MATRIX_RESULTS)"; exit $$rc
 
-# npm ci first: the Python tests of the extension need its node_modules.
-test: $(STAMP) lint vscode-test
+# The matrix's venvs, one after another (each `pip install -e .` writes the checkout's
+# egg-info).
+matrix-venvs: $(foreach entry,$(MATRIX),.venv-$(entry)/.installed)
+
+# The main suite on .venv (3.11, Ray 2.60); npm ci first: the Python tests of the
+# extension need its node_modules.
+main-suite: $(STAMP) lint vscode-test
 	@mkdir -p $(MATRIX_RESULTS)
 	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
 	$(BIN)/python -m pytest -q -rs --durations=20 --junitxml=$(MATRIX_RESULTS)/main.xml tests
-	$(MAKE) test-matrix
+
+# The matrix's venvs install in the background meanwhile (~1 min each: they only install,
+# nothing of theirs runs yet; their log is build/matrix/venvs.log); the matrix runs once
+# both are done, and only when the main suite passed.
+test: $(STAMP)
+	@mkdir -p $(MATRIX_RESULTS)
+	@$(MAKE) --no-print-directory matrix-venvs > $(MATRIX_RESULTS)/venvs.log 2>&1 & venvs=$$!; \
+	$(MAKE) --no-print-directory main-suite; rc=$$?; \
+	if ! wait $$venvs; then tail -20 $(MATRIX_RESULTS)/venvs.log; \
+		echo "the matrix venvs did not install: $(MATRIX_RESULTS)/venvs.log"; exit 1; fi; \
+	test $$rc -eq 0 || exit $$rc; \
+	$(MAKE) --no-print-directory test-matrix
 
 clean:
 	rm -rf $(VENV) $(addprefix .venv-,$(MATRIX)) $(MATRIX_RESULTS)

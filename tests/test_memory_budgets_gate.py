@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from raydbg import _ray_internals
+from raydbg._ray_internals.task_start import MAX_IDS
 from raydbg.memory import budgets, service, settings, start_gate
 from raydbg.memory.policy import Candidate
 
@@ -277,6 +279,23 @@ def test_function_default_first_writer_wins(gcs: FakeGcs) -> None:
     tid = TID
     budgets.record_call(tid, "f00d", 1, 1, "g")  # 1 < the recorded 3: its own record
     assert budgets.lookup([tid], {tid: "f00d"})[tid]["max_retries"] == 1
+
+
+def test_a_task_of_one_of_several_wrappers_gets_the_smallest_of_their_defaults(gcs: FakeGcs) -> None:
+    """A worker that loaded one function under two wrappers (two function ids) cannot tell
+    which one a task came from: its record names both; the budget is the smaller default,
+    and unknown while one of them is not recorded (never optimistic)."""
+    budgets.function_default("01000000", "f00d", 3)
+    budgets.function_default("01000000", "beef", 2)
+    budgets.function_default("01000000", "abba", -1)
+    both = {TID: "f00d beef"}
+    assert budgets.lookup([TID], both)[TID]["max_retries"] == 2
+    assert budgets.lookup([TID], {TID: "abba f00d"})[TID]["max_retries"] == 3  # -1: no limit
+    assert budgets.lookup([TID], {TID: "abba"})[TID]["max_retries"] == -1
+    assert budgets.lookup([TID], {TID: "f00d cafe"}) == {}  # cafe's default not recorded
+    budgets.record_call(TID, "f00d", 5, 3, "g")  # the task's own record wins
+    assert budgets.flush(5)
+    assert budgets.lookup([TID], both)[TID]["max_retries"] == 5
 
 
 def test_wait_until_backs_off_and_gives_up() -> None:
@@ -669,6 +688,64 @@ class _IdField:
         self.written.append(raw.decode())
 
 
+class _Core:
+    """Ray's core worker as the gate asks it: the running task's function and name."""
+
+    def __init__(self, fn: str, name: str) -> None:
+        self.current = {"fn": fn, "name": name}
+        self.function_name_calls = 0
+
+    def get_current_task_function_name(self) -> str:
+        self.function_name_calls += 1
+        return self.current["fn"]
+
+    def get_current_task_name(self) -> str:
+        return self.current["name"]
+
+
+class _Worker:
+    """Ray's global worker as the gate wraps it: Ray's own start and end of each task."""
+
+    actors: dict[str, Any] = {}
+
+    def __init__(self, core: _Core) -> None:
+        self.core_worker = core
+        self.started: list[int] = []
+
+    def record_task_log_start(self, task_id: Any, attempt: int) -> None:
+        self.started.append(task_id.n)
+
+    def record_task_log_end(self, task_id: Any, attempt: int) -> None:
+        pass
+
+
+class _FnDescriptor:
+    """A function descriptor of module `m` (`fn`: what its execution info runs)."""
+
+    module_name, class_name = "m", ""
+
+    def __init__(self, fid: str, name: str, actor: bool = False, fn: Any = len) -> None:
+        self.function_id = type("Id", (), {"hex": lambda _: fid})()
+        self.function_name = name
+        self.actor = actor
+        self.fn = fn
+
+    def is_actor_method(self) -> bool:
+        return self.actor
+
+
+def _stand_in_worker(monkeypatch: pytest.MonkeyPatch, fn: str, name: str) -> _Worker:
+    """Ray's global worker and its function manager replaced by stand-ins (restored after)."""
+    import ray
+    from ray._private.function_manager import FunctionActorManager
+
+    worker = _Worker(_Core(fn, name))
+    monkeypatch.setattr(ray._private.worker, "global_worker", worker)
+    monkeypatch.setattr(FunctionActorManager, "get_execution_info",
+                        lambda self, job, d: type("Info", (), {"function": d.fn})())
+    return worker
+
+
 def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -677,45 +754,10 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     the flag is up; else only the id into the ticket's field. The function-name getter
     (the costly one) runs on the full path only, and on the quick path of a name two
     functions share. A worker that becomes an actor's gets Ray's own start back."""
-    import ray
     from ray._private.function_manager import FunctionActorManager
 
-    current = {"fn": "m.grow", "name": "grow"}
-    started: list[int] = []
-    getter_calls = [0]
-
-    class Core:
-        def get_current_task_function_name(self) -> str:
-            getter_calls[0] += 1
-            return current["fn"]
-
-        def get_current_task_name(self) -> str:
-            return current["name"]
-
-    class Worker:
-        core_worker = Core()
-        actors: dict[str, Any] = {}
-
-        def record_task_log_start(self, task_id: Any, attempt: int) -> None:
-            started.append(task_id.n)
-
-        def record_task_log_end(self, task_id: Any, attempt: int) -> None:
-            pass
-
-    class Descriptor:
-        module_name, class_name = "m", ""
-
-        def __init__(self, fid: str, name: str, actor: bool = False) -> None:
-            self.function_id = type("Id", (), {"hex": lambda _: fid})()
-            self.function_name = name
-            self.actor = actor
-
-        def is_actor_method(self) -> bool:
-            return self.actor
-
-    monkeypatch.setattr(ray._private.worker, "global_worker", Worker())
-    monkeypatch.setattr(FunctionActorManager, "get_execution_info",
-                        lambda self, job, d: type("Info", (), {"function": len})())
+    w = _stand_in_worker(monkeypatch, "m.grow", "grow")
+    current, started = w.core_worker.current, w.started
     full: list[tuple[str, int, str, str]] = []
     field = _IdField()
     quick = field.written
@@ -728,16 +770,15 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
 
     ended: list[int] = []  # tasks `after` ran for
     assert _ray_internals.gate_task_functions(before, lambda: ended.append(len(started) - 1))
-    w = ray._private.worker.global_worker
 
     def task(n: int, attempt: int = 0) -> None:  # what Ray's execute_task calls around one
         w.record_task_log_start(_TaskId(n), attempt)
         w.record_task_log_end(_TaskId(n), attempt)
 
-    FunctionActorManager.get_execution_info(None, None, Descriptor("f00d", "grow"))  # Ray's first look
+    FunctionActorManager.get_execution_info(None, None, _FnDescriptor("f00d", "grow"))  # Ray's first look
     for n in range(3):
         task(n)
-    assert getter_calls == [1]  # the default name alone stood for the function
+    assert w.core_worker.function_name_calls == 1  # the default name alone stood for the function
     current["name"] = "grow-2"  # options(name=...)
     task(3)
     task(4, 1)  # a retry
@@ -754,7 +795,7 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     # A second function, called with the first one's default name: its first task here
     # takes the full path, which finds the name shared; from then on the name alone is
     # not enough.
-    FunctionActorManager.get_execution_info(None, None, Descriptor("beef", "shrink"))
+    FunctionActorManager.get_execution_info(None, None, _FnDescriptor("beef", "shrink"))
     current.update(fn="m.shrink", name="grow")
     task(11)
     task(12)
@@ -762,16 +803,71 @@ def test_the_wrapper_takes_the_quick_path_for_the_same_function_and_name(
     task(13)
     assert started == list(range(14))  # Ray's own record, every time
     assert ended == [int(t[:40], 16) for t, *_ in full]  # `after` for each `before`, only
-    assert w.record_task_log_end.__func__ is Worker.record_task_log_end  # Ray's own between tasks
+    assert w.record_task_log_end.__func__ is _Worker.record_task_log_end  # Ray's own between tasks
     assert [int(t[:40], 16) for t, *_ in full] == [0, 3, 4, 5, 6, 7, 9, 11, 13]
     assert [int(t[:40], 16) for t in quick] == [1, 2, 8, 10, 12]
     assert full[0][2:] == ("grow", "f00d") and full[1][2] == "grow-2"
     assert [f[3] for f in full[-2:]] == ["beef", "f00d"]  # each named for its own function
     # The worker becomes an actor's: Ray's own start from then on, no raydbg call per task.
-    FunctionActorManager.get_execution_info(None, None, Descriptor("cafe", "Probe.pid", actor=True))
-    assert w.record_task_log_start.__func__ is Worker.record_task_log_start
+    FunctionActorManager.get_execution_info(None, None, _FnDescriptor("cafe", "Probe.pid", actor=True))
+    assert w.record_task_log_start.__func__ is _Worker.record_task_log_start
     task(14)
     assert started[-1] == 14 and len(full) == 9 and len(quick) == 5
+
+
+def test_a_function_wrapped_twice_stays_gated_and_its_tasks_name_both_ids(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`ray.remote(f)` made twice (each wrapper its own function id: Ray Data makes one per
+    dataset) loads one function under two ids in a worker that runs both: its tasks keep
+    their gate and record (the monitor knows their name and task id), naming both ids. A
+    different function under the same module and name goes ungated rather than mixed up."""
+    from ray._private.function_manager import FunctionActorManager
+
+    w = _stand_in_worker(monkeypatch, "m.nap", "nap")
+    current = w.core_worker.current
+
+    def nap() -> None:
+        pass
+
+    def other_nap() -> int:  # same module and name as far as Ray says, other code
+        return 1
+
+    @functools.wraps(nap)
+    def traced_nap() -> None:  # a wrapper that keeps __wrapped__ (Ray's tracing does)
+        nap()
+
+    full: list[tuple[str, str]] = []
+
+    def before(tid: str, attempt: int, name: str, fid: str) -> Any:
+        full.append((name, fid))
+        return None  # no ticket: every task takes the full path
+
+    assert _ray_internals.gate_task_functions(before, lambda: None)
+
+    def task(n: int) -> None:
+        w.record_task_log_start(_TaskId(n), 0)
+        w.record_task_log_end(_TaskId(n), 0)
+
+    look = FunctionActorManager.get_execution_info
+    look(None, None, _FnDescriptor("f00d", "nap", fn=nap))
+    task(0)
+    look(None, None, _FnDescriptor("beef", "nap", fn=traced_nap))  # ray.remote(max_retries=2)(nap)
+    current["name"] = "Nap Named(x.y)"  # .options(name=...)
+    task(1)
+    look(None, None, _FnDescriptor("f00d", "nap", fn=nap))  # the first one again: nothing new
+    task(2)
+    assert full == [("nap", "f00d"), ("Nap Named(x.y)", "f00d beef"), ("Nap Named(x.y)", "f00d beef")]
+    look(None, None, _FnDescriptor("cafe", "nap", fn=other_nap))
+    task(3)
+    assert len(full) == 3  # ungated: two functions under one key
+    # Past MAX_IDS wrappers of one function, its tasks go ungated too (their records would
+    # grow without end, a Ray Data worker's with every dataset).
+    current.update(fn="m.many", name="many")
+    for i in range(MAX_IDS + 1):
+        look(None, None, _FnDescriptor(f"{i:04x}", "many", fn=nap))
+        task(10 + i)
+    assert [fid.count(" ") + 1 for _, fid in full[3:]] == list(range(1, MAX_IDS + 1))
 
 
 def test_lower_oom_score(tmp_path: Path) -> None:

@@ -74,7 +74,15 @@ BY_PYTHON = {
 
 
 def node_ids(python_only: bool = False) -> list[str]:
-    return [node for feature, nodes in FEATURES if not python_only or feature in BY_PYTHON for node in nodes]
+    """The entry's node ids, those of one module together: pytest runs them in this order
+    and tears a module's cluster (its module-scoped fixture) down as soon as the next id
+    is in another module, so a module split in two would start its cluster twice."""
+    by_module: dict[str, list[str]] = {}
+    for feature, nodes in FEATURES:
+        if not python_only or feature in BY_PYTHON:
+            for node in nodes:
+                by_module.setdefault(node.split("::")[0], []).append(node)
+    return [node for nodes in by_module.values() for node in nodes]
 
 
 def versions() -> dict[str, str]:

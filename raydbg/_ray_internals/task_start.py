@@ -11,6 +11,7 @@ descriptor's `function_id`, `module_name`, `class_name`, `function_name` and
 from __future__ import annotations
 
 import functools
+import inspect
 import time
 from collections.abc import Callable
 from typing import Any
@@ -60,10 +61,14 @@ def gate_task_functions(
     sees a custom name shared with another function; tasks of two functions sharing a
     custom name that no full path has seen yet can take the other's ticket (its record
     then names the other function) until the full path sees them.
+    One Python function wrapped by `ray.remote` more than once (`ray.remote(f)` called
+    again, Ray Data's map function once per dataset) has one function id per wrapper, and
+    a task's own id cannot be told from what the core worker says: its tasks pass all the
+    ids loaded here, space-separated (the monitor takes the smallest of their retry
+    budgets), up to MAX_IDS of them. Two different functions under one function key (two
+    nested `grow`s of one module) go ungated rather than mixed up.
     A worker that becomes an actor's (it never runs a normal task again) gets Ray's own
     start back: its calls cost nothing here."""
-    import inspect
-
     import ray
 
     try:
@@ -75,9 +80,10 @@ def gate_task_functions(
     end = getattr(worker, "record_task_log_end", None)
     if start is None or end is None or getattr(start, "_raydbg", False):
         return start is not None and getattr(start, "_raydbg", False)
-    # function key -> function id of the functions we gate; "" when two functions share
-    # a key (two nested `grow`s of one module): those go ungated rather than mixed up.
+    # function key -> the function ids (space-separated) of the functions we gate; "" when
+    # two different functions share a key, or past MAX_IDS wrappers of one: ungated.
     gated: dict[str, str] = {}
+    code_of: dict[str, Any] = {}  # function key -> what its function runs (_code)
     # task name -> the one function key seen with it; "" once two were.
     named: dict[str, str] = {}
     # The ticket of the last full call (see `before`), the function key and task name it is
@@ -86,6 +92,15 @@ def gate_task_functions(
 
     def learn(names: dict[str, str], name: str, key: str) -> None:
         names[name] = key if names.get(name, key) == key else ""
+
+    def gate(key: str, fid: str, code: Any) -> None:
+        ids = gated.get(key)
+        if ids is None:
+            gated[key], code_of[key] = fid, code
+        elif ids and fid not in ids.split():
+            more = [*ids.split(), fid]
+            # Another wrapper of the same function: its id joins; another function: ungated.
+            gated[key] = " ".join(more) if code_of[key] == code and len(more) <= MAX_IDS else ""
 
     lookup = FunctionActorManager.get_execution_info
     if not getattr(lookup, "_raydbg", False):
@@ -103,7 +118,7 @@ def gate_task_functions(
                     learn(named, _default_task_name(descriptor), key)
                     fn = info.function
                     if not (inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn)):
-                        learn(gated, key, descriptor.function_id.hex())
+                        gate(key, descriptor.function_id.hex(), _code(fn))
             except Exception:
                 pass
             return info
@@ -163,6 +178,21 @@ def gate_task_functions(
     record_task_log_start._ray_start = start  # type: ignore[attr-defined]
     worker.record_task_log_start = record_task_log_start
     return True
+
+
+# The most wrappers of one function whose tasks are still gated: each task's record carries
+# all their ids, and the monitor reads each one's retry budget.
+MAX_IDS = 8
+
+
+def _code(fn: Any) -> Any:
+    """What a loaded task function runs, the same for two wrappers of one function: its
+    code (under wrappers such as Ray's tracing, which keep `__wrapped__`), else itself."""
+    try:
+        inner = inspect.unwrap(fn)
+    except ValueError:
+        inner = fn
+    return getattr(inner, "__code__", None) or inner
 
 
 def _ungate(worker: Any) -> None:

@@ -226,11 +226,13 @@ def lookup(
     task_ids: list[str], functions: dict[str, str] | None = None
 ) -> dict[str, dict[str, Any]]:
     """Budgets of these tasks (hex ids): the task's own record, else its function's
-    default (`functions`: task id -> function id hex, from the local records);
+    default (`functions`: task id -> function id hex, from the local records; several
+    space-separated where the worker could not tell which wrapper of one function the
+    task came from: the smallest of their defaults, unknown while one is);
     tasks with neither are unknown and left out."""
     functions = functions or {}
-    fn_keys = {t: function_key(t[-8:], functions[t]) for t in task_ids if functions.get(t)}
-    got = _multi_get([key(t) for t in task_ids] + sorted(set(fn_keys.values())))
+    fn_keys = {t: [function_key(t[-8:], f) for f in functions[t].split()] for t in task_ids if functions.get(t)}
+    got = _multi_get([key(t) for t in task_ids] + sorted({k for ks in fn_keys.values() for k in ks}))
     out: dict[str, dict[str, Any]] = {}
     for t in task_ids:
         raw = got.get(key(t))
@@ -240,12 +242,14 @@ def lookup(
                 continue
             except ValueError:
                 pass
-        default = got.get(fn_keys.get(t, ""))
-        if default:
+        raws = [got.get(k) for k in fn_keys.get(t, [])]
+        if raws and all(raws):
             try:
-                out[t] = {"max_retries": int(default), "parent": None, "name": ""}
+                defaults = [int(r) for r in raws if r]
             except ValueError:
                 continue
+            limited = [d for d in defaults if d >= 0]  # -1: no limit
+            out[t] = {"max_retries": min(limited) if limited else -1, "parent": None, "name": ""}
     return out
 
 
