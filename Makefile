@@ -84,17 +84,27 @@ main-suite: $(STAMP) lint vscode-test
 	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
 	$(BIN)/python -m pytest -q -rs --durations=20 --junitxml=$(MATRIX_RESULTS)/main.xml tests
 
-# The matrix's venvs install in the background meanwhile (~1 min each: they only install,
-# nothing of theirs runs yet; their log is build/matrix/venvs.log); the matrix runs once
-# both are done, and only when the main suite passed.
+# The version matrix runs in the background meanwhile: its venvs install (~1 min each), then
+# its entries, one after another, while lint, the extension tests and the main suite run
+# in the foreground (a matrix entry's tests mostly wait on Ray: ~0.4 core). Its own HOME
+# (Ray's token file) and raydbg's own record folders keep the two apart: a node's records
+# (memory reservations, progress, stacks) are per machine, and the two runs' clusters are
+# on one machine. Its output is build/matrix/matrix.log, printed at the end, and
+# docs/support.md is rendered once both are done; `make test` fails when either failed.
+MATRIX_ISOLATION = HOME=$(CURDIR)/$(MATRIX_RESULTS)/home RAYDBG_RUN_DIR=$(CURDIR)/$(MATRIX_RESULTS)/tasks \
+	RAYDBG_PROGRESS_BASE=$(CURDIR)/$(MATRIX_RESULTS)/run RAYDBG_STACKS_DIR=$(CURDIR)/$(MATRIX_RESULTS)/run
+
 test: $(STAMP)
-	@mkdir -p $(MATRIX_RESULTS)
-	@$(MAKE) --no-print-directory matrix-venvs > $(MATRIX_RESULTS)/venvs.log 2>&1 & venvs=$$!; \
+	@rm -rf $(MATRIX_RESULTS); mkdir -p $(MATRIX_RESULTS)/home $(MATRIX_RESULTS)/run
+	@( $(MAKE) --no-print-directory matrix-venvs && \
+	   $(MATRIX_ISOLATION) $(MAKE) --no-print-directory test-matrix PY310=$(PY310) PY312=$(PY312) PY313=$(PY313) \
+	 ) > $(MATRIX_RESULTS)/matrix.log 2>&1 & matrix=$$!; \
 	$(MAKE) --no-print-directory main-suite; rc=$$?; \
-	if ! wait $$venvs; then tail -20 $(MATRIX_RESULTS)/venvs.log; \
-		echo "the matrix venvs did not install: $(MATRIX_RESULTS)/venvs.log"; exit 1; fi; \
-	test $$rc -eq 0 || exit $$rc; \
-	$(MAKE) --no-print-directory test-matrix
+	wait $$matrix; mrc=$$?; \
+	echo "---- the version matrix ($(MATRIX_RESULTS)/matrix.log) ----"; cat $(MATRIX_RESULTS)/matrix.log; \
+	$(PY) tests/version_matrix.py render $(MATRIX_RESULTS) > docs/support.md; \
+	test $$rc -eq 0 || { echo "the main suite failed"; exit $$rc; }; \
+	test $$mrc -eq 0 || { echo "the version matrix failed"; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(addprefix .venv-,$(MATRIX)) $(MATRIX_RESULTS)

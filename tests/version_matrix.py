@@ -52,6 +52,12 @@ FEATURES: list[tuple[str, list[str]]] = [
     ("armed breakpoints (`raydbg break add`)", [f"{E2E}/test_armed_breakpoints.py"]),
     ("armed breakpoints' layers (sys.monitoring on Python 3.12+, else sys.settrace)", [
         "tests/test_breakpoints_model.py", "tests/test_breakpoints_layers.py", "tests/test_breakpoints_store.py"]),
+    ("`raydbg pause` of a Train rank in a Python loop, then a debugger attached (generic backend)", [
+        f"{E2E}/test_pause.py::test_pause_a_rank_in_a_python_loop_then_continue"]),
+    ("`raydbg pause`'s trace on one thread, a blocked thread's locals (sys.monitoring on 3.12+)", [
+        "tests/test_pause_units.py"]),
+    ("a step's wait for data in Ray Data's batch iterators (straggler events)", [
+        f"{E2E}/test_train_generic.py::test_ray_datas_batch_iterators_count_as_waits_for_data"]),
     ("`ray job submit` with the user's worker_process_setup_hook and RAY_DEBUG=1", [
         f"{E2E}/test_job_submit.py::test_submitted_job_runs_the_users_setup_hook_and_raydbgs"]),
 ]
@@ -70,6 +76,8 @@ BY_PYTHON = {
     "trace span from driver to task and actor (OTLP)",
     "armed breakpoints (`raydbg break add`)",
     "armed breakpoints' layers (sys.monitoring on Python 3.12+, else sys.settrace)",
+    "`raydbg pause` of a Train rank in a Python loop, then a debugger attached (generic backend)",
+    "`raydbg pause`'s trace on one thread, a blocked thread's locals (sys.monitoring on 3.12+)",
 }
 
 
@@ -142,7 +150,7 @@ def render(results: Path) -> str:
         "raydbg supports Ray 2.51.0 to 2.60.x (`ray[default]>=2.51,<2.61`) on Python 3.10 to 3.13.",
         "On another Ray it says so in one line and stays off: `breakpoint()` then goes to Ray's",
         "own debugger. The main suite runs on Python 3.11 with Ray 2.60.0; this table is what each",
-        "entry of the version matrix (`make test`, after the main suite) ran, each in a light",
+        "entry of the version matrix (`make test`, alongside the main suite) ran, each in a light",
         "venv (raydbg without the SD extra), running the tests that touch Ray internals or",
         "differ by version (`tests/version_matrix.py` names them); an entry on the main suite's",
         "Ray (2.60) runs only what differs by Python, the rest is the main suite's column. The torch-backend Train rows",
