@@ -12,6 +12,15 @@ export interface ExceptionInfo {
   traceback?: string;
 }
 
+/** One frame of a snapshot (a thread `raydbg pause` found blocked in C), innermost first. */
+export interface SnapshotFrame {
+  function: string;
+  file: string;
+  line: number | null;
+  /** name -> safe repr, as the worker wrote it. */
+  locals: Record<string, string>;
+}
+
 export interface SessionRecord {
   id: string;
   job_id: string;
@@ -43,6 +52,11 @@ export interface SessionRecord {
   cwd: string | null;
   /** The armed breakpoint (issue 18) this session paused at, if any. */
   breakpoint_id: string | null;
+  /**
+   * State "snapshot" only: the frames (with locals) of a thread blocked in C; it becomes
+   * a session under the same id ("starting", then "waiting") once back in Python.
+   */
+  frames: SnapshotFrame[] | null;
 }
 
 /** A record that could not be used, with what was wrong (shown as an error item). */
@@ -81,13 +95,25 @@ function parseException(v: unknown): ExceptionInfo | null {
   };
 }
 
+function parseFrames(v: unknown): SnapshotFrame[] | null {
+  if (!Array.isArray(v)) return null;
+  const out: SnapshotFrame[] = [];
+  for (const f of v) {
+    if (!isObj(f)) continue;
+    const locals: Record<string, string> = {};
+    if (isObj(f.locals)) for (const [k, x] of Object.entries(f.locals)) locals[k] = typeof x === "string" ? x : JSON.stringify(x) ?? String(x);
+    out.push({ function: str(f, "function") ?? "?", file: str(f, "file") ?? "?", line: num(f, "line"), locals });
+  }
+  return out;
+}
+
 /** One record; `id` is the only field without which nothing can be done. */
 export function parseSessionRecord(raw: unknown): SessionRecord | string {
   if (!isObj(raw)) return `expected an object, got ${describe(raw)}`;
   const id = str(raw, "id");
   if (!id) return "record has no session id";
   const state = str(raw, "state") ?? "waiting";
-  const attachable = typeof raw.attachable === "boolean" ? raw.attachable : state !== "starting";
+  const attachable = typeof raw.attachable === "boolean" ? raw.attachable : state !== "starting" && state !== "snapshot";
   return {
     id,
     job_id: str(raw, "job_id") ?? "unknown",
@@ -115,6 +141,7 @@ export function parseSessionRecord(raw: unknown): SessionRecord | string {
     attachable,
     cwd: str(raw, "cwd"),
     breakpoint_id: str(raw, "breakpoint_id") || null,
+    frames: parseFrames(raw.frames),
   };
 }
 
