@@ -68,7 +68,7 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
       else status.hide();
     },
     // Pauses this window asked for attach on their own: no "paused" notification for them.
-    onNewSessions: (cluster, sessions) => void notifyPaused(services, cluster, sessions.filter((r) => !attached.has(r.id) && !pause.pending.has(cluster, r.id))),
+    onNewSessions: (cluster, sessions) => void notifyPaused(services, cluster, sessions.filter((r) => !attached.has(r.id) && !pause.pending.ours(cluster, r))),
   });
   const services: CommandServices = { context, controller, attached };
   // After the controller: its first onChange (applySettings below) finds the glue ready.

@@ -105,6 +105,14 @@ const CLOCK_SKEW_S = 5;
 
 export class PendingAttaches {
   private items: Pending[] = [];
+  /** Pauses asked and not answered yet: the gateway lists their session before it answers. */
+  private asking: PauseTarget[] = [];
+
+  /** Is this newly listed session one this window paused (no "paused" notification for it)? */
+  ours(cluster: string, rec: SessionRecord): boolean {
+    if (this.has(cluster, rec.id)) return true;
+    return rec.reason === "pause" && this.asking.some((t) => t.cluster === cluster && t.run === rec.train_run && t.rank === rec.train_rank);
+  }
 
   add(p: Omit<Pending, "seen" | "addedMs">, nowMs = Date.now()): void {
     this.items = this.items.filter((x) => !(x.cluster === p.cluster && p.id !== null && x.id === p.id));
@@ -113,6 +121,12 @@ export class PendingAttaches {
 
   get size(): number {
     return this.items.length;
+  }
+
+  /** A pause of `t` was sent (true) or answered (false). */
+  asked(t: PauseTarget, inflight: boolean): void {
+    if (inflight) this.asking.push(t);
+    else this.asking = this.asking.filter((x) => x !== t);
   }
 
   has(cluster: string, id: string): boolean {
@@ -168,13 +182,17 @@ export type PauseOutcome = "attached" | "snapshot" | "waiting" | "failed";
 /** Pause the rank `t` names and attach to it, or show its snapshot and attach once it is back in Python. */
 export async function pauseAndAttach(deps: PauseDeps, t: PauseTarget): Promise<PauseOutcome> {
   const target = targetText(t);
-  const asked = (deps.nowMs?.() ?? Date.now()) / 1000;
+  const nowMs = deps.nowMs?.() ?? Date.now();
+  const asked = nowMs / 1000;
   let body: unknown;
+  deps.pending.asked(t, true);
   try {
     body = await deps.pause(target, t.job);
   } catch (e) {
     deps.error(pauseError(target, e));
     return "failed";
+  } finally {
+    deps.pending.asked(t, false);
   }
   const answer = parsePauseAnswer(body, target);
   if (typeof answer === "string") {
@@ -185,12 +203,12 @@ export async function pauseAndAttach(deps: PauseDeps, t: PauseTarget): Promise<P
   const rec = answer.session;
   const pending = { cluster: t.cluster, node_id: answer.node_id, pid: answer.pid, since: asked, label: who };
   if (rec === null) {
-    deps.pending.add({ ...pending, id: null });
+    deps.pending.add({ ...pending, id: null }, nowMs);
     deps.info(`Ray: ${who} (pid ${answer.pid ?? "?"}) was asked to pause${answer.thread ? ` in thread ${answer.thread}` : ""}; its session is not listed yet: it attaches when it is.`);
     return "waiting";
   }
   if (rec.attachable) return (await deps.attach(rec)) ? "attached" : "failed";
-  deps.pending.add({ ...pending, id: rec.id });
+  deps.pending.add({ ...pending, id: rec.id }, nowMs);
   if (rec.state === "snapshot") {
     await deps.showSnapshot(rec);
     deps.info(`Ray: ${who} is blocked in C (snapshot ${rec.id}): its frames are shown; it attaches when the thread returns to Python.`);
