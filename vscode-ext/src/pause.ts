@@ -8,6 +8,7 @@
  * worker's session was not listed within `wait_s`, state "snapshot" for a thread blocked
  * in C (frames with locals; it becomes a session under the same id once back in Python).
  */
+import { int, isObj, str } from "./fields";
 import { GatewayError } from "./gatewayClient";
 import { parseSessionRecord, SessionRecord, sessionName } from "./records";
 import { PauseTarget } from "./viewItems";
@@ -20,17 +21,6 @@ export interface PauseAnswer {
   world_rank: number | null;
   thread: string | null;
   session: SessionRecord | null;
-}
-
-type Obj = Record<string, unknown>;
-const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
-function str(o: Obj, k: string): string | null {
-  const v = o[k];
-  return typeof v === "string" ? v : null;
-}
-function int(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isInteger(v) ? v : null;
 }
 
 /** The answer, or a one-line message when it is not a pause answer. */

@@ -6,6 +6,8 @@
  * never an exception that would blank the whole view.
  */
 
+import { isObj, num, str } from "./fields";
+
 export interface ExceptionInfo {
   type: string;
   message: string;
@@ -68,22 +70,6 @@ export interface BadRecord {
 export interface ParsedSessions {
   sessions: SessionRecord[];
   bad: BadRecord[];
-}
-
-type Obj = Record<string, unknown>;
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-function str(o: Obj, k: string): string | null {
-  const v = o[k];
-  return typeof v === "string" ? v : null;
-}
-
-function num(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
 }
 
 function parseException(v: unknown): ExceptionInfo | null {

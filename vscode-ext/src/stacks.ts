@@ -5,6 +5,7 @@
  * a RunSummary lists each rank's state (paused | held | running) and stack class id,
  * `held_by` the paused ranks; a StackClass has the one-line `summary` shown in the tree.
  */
+import { int, isObj, num, str } from "./fields";
 
 export interface RankStacks {
   world_rank: number;
@@ -29,24 +30,6 @@ export interface RunStacks {
   /** Ranks the others wait for, by Flight Recorder (they are behind). */
   culprits: number[];
   ranks: RankStacks[];
-}
-
-type Obj = Record<string, unknown>;
-
-const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
-function str(o: Obj, k: string): string | null {
-  const v = o[k];
-  return typeof v === "string" ? v : null;
-}
-
-function int(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isInteger(v) ? v : null;
-}
-
-function num(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
 }
 
 const ints = (v: unknown): number[] => (Array.isArray(v) ? v.filter((x): x is number => Number.isInteger(x)) : []);

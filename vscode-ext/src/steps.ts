@@ -7,6 +7,7 @@
  * stragglers.steps_view). It lists the live ranks of every run that beats, paused or not,
  * so it is also how the view finds Train runs with nothing paused.
  */
+import { int, isObj, num, str } from "./fields";
 import { runKey } from "./runStacks";
 
 export interface RankSteps {
@@ -28,21 +29,6 @@ export interface RunSteps {
   factor: number | null;
   stragglers: number[];
   ranks: RankSteps[];
-}
-
-type Obj = Record<string, unknown>;
-const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
-function str(o: Obj, k: string): string | null {
-  const v = o[k];
-  return typeof v === "string" ? v : null;
-}
-function int(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isInteger(v) ? v : null;
-}
-function num(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
 }
 
 function parseRank(k: unknown): RankSteps | null {
