@@ -10,7 +10,7 @@
  */
 import { int, isObj, str } from "./fields";
 import { GatewayError } from "./gatewayClient";
-import { parseSessionRecord, SessionRecord, sessionName } from "./records";
+import { parseSessionRecord, SessionRecord } from "./records";
 import { PauseTarget } from "./viewItems";
 
 export interface PauseAnswer {
@@ -58,8 +58,8 @@ export function pauseError(target: string, e: unknown): string {
 export function snapshotText(rec: SessionRecord): string {
   const rank = rec.train_rank !== null ? ` of rank ${rec.train_rank}${rec.train_run ? ` (run ${rec.train_run})` : ""}` : "";
   const lines = [
-    `# snapshot ${rec.id}: thread ${rec.thread_name ?? rec.thread_id ?? "?"}${rank} is blocked in C (${sessionName(rec)})`,
-    `# pid ${rec.pid ?? "?"} on node ${rec.node_ip || "?"} (${rec.node_id ? rec.node_id.slice(0, 12) : "?"}) · job ${rec.job_id}`,
+    `# snapshot ${rec.id}: thread ${rec.thread_name ?? rec.thread_id ?? "?"}${rank} is blocked in C`,
+    `# ${rec.task_name || rec.actor_name ? `${rec.task_name || rec.actor_name} · ` : ""}pid ${rec.pid ?? "?"} on node ${rec.node_ip || "?"} (${rec.node_id ? rec.node_id.slice(0, 12) : "?"}) · job ${rec.job_id}`,
     "# It becomes a debug session under the same id once the thread returns to Python:",
     "# Pause and attach attaches then; or Attach it from the Ray view.",
     "# Frames, innermost first; locals are safe reprs the worker took.",

@@ -164,6 +164,7 @@ export function newSessions(seen: ReadonlySet<string>, current: readonly Session
 
 /** Short human name: task or actor method, with the Train rank when there is one. */
 export function sessionName(s: SessionRecord): string {
-  const base = s.task_name ?? (s.actor_name ? `${s.actor_name}.${s.function ?? "?"}` : null) ?? s.function ?? s.id;
+  // `||`: a Train worker's snapshot record can carry an empty task name (seen on a real cluster).
+  const base = s.task_name || (s.actor_name ? `${s.actor_name}.${s.function ?? "?"}` : null) || s.function || s.id;
   return s.train_rank !== null ? `${base} [rank ${s.train_rank}]` : base;
 }

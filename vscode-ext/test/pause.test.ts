@@ -7,7 +7,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { GatewayError } from "../src/gatewayClient";
 import { parsePauseAnswer, pauseAndAttach, PauseDeps, pauseError, PendingAttaches, snapshotText, UNLISTED_MS } from "../src/pause";
-import { parseSessionRecord, SessionRecord } from "../src/records";
+import { parseSessionRecord, SessionRecord, sessionName } from "../src/records";
 import { PauseTarget } from "../src/viewItems";
 import { record } from "./helpers/fakeGateway";
 
@@ -79,7 +79,9 @@ test("a snapshot reads as a document: what it is, frames innermost first, each w
   const text = snapshotText(rec(pausedRank({ state: "snapshot", frames, thread_name: "TrainingThread(train_fn)" })));
   const lines = text.split("\n");
   assert.match(lines[0], /^# snapshot p2: thread TrainingThread\(train_fn\) of rank 2 \(run sd-train\) is blocked in C/);
-  assert.match(text, /# pid 4202 on node 10\.0\.0\.5 \(nnnnnnnnnnnn\) · job 02000000/);
+  assert.equal(lines[1], "# train_step · pid 4202 on node 10.0.0.5 (nnnnnnnnnnnn) · job 02000000");
+  // A Train worker's record may have an empty task name (seen on a real cluster): no stray separator.
+  assert.match(snapshotText(rec(pausedRank({ state: "snapshot", task_name: "" }))).split("\n")[1], /^# pid 4202 on node/);
   assert.match(text, /returns to Python/);
   const body = lines.slice(lines.indexOf("") + 1);
   assert.deepEqual(body.slice(0, 7), [
@@ -200,4 +202,8 @@ test("a session listed while its pause is asked, or pending, is this window's (n
   assert.equal(pending.ours("prod", mine), true, "pending by id");
   assert.equal(pending.ours("prod", rec(pausedRank({ id: "x", train_rank: 1 }))), false);
   assert.equal(pending.ours("other", rec(pausedRank({ id: "x" }))), false);
+});
+
+test("a record with an empty task name is named by its function, not an empty string", () => {
+  assert.equal(sessionName(rec(pausedRank({ task_name: "", function: "train_fn" }))), "train_fn [rank 2]");
 });
