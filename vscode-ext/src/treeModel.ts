@@ -15,7 +15,6 @@ import { bySessionOrder, CTX, messageItem, sessionItem, ViewItem } from "./viewI
 
 export { CTX, sessionDescription, sessionTooltip } from "./viewItems";
 export type { PauseTarget, ViewItem } from "./viewItems";
-export { groupByRun } from "./runNodes";
 
 export type ClusterState =
   | { kind: "loading" }
