@@ -7,10 +7,10 @@
 import { GatewayClient, GatewayError } from "./gatewayClient";
 import { SessionRecord } from "./records";
 import { addressKey, ClusterConfig, PathMapping, Settings } from "./settings";
-import { RunStacksCache } from "./runStacks";
-import { RunStacks } from "./stacks";
+import { RunRef, RunStacksCache } from "./runStacks";
+import { StepsPoller } from "./stepsPoller";
 import { TokenResult } from "./token";
-import { buildTree, ClusterState, pausedCount, ViewItem } from "./treeModel";
+import { buildTree, ClusterState, pausedCount, RunInfo, ViewItem } from "./treeModel";
 import { SessionWatcher } from "./watcher";
 
 export interface ControllerDeps {
@@ -29,6 +29,7 @@ interface Entry {
   client?: GatewayClient;
   watcher?: SessionWatcher;
   stacks?: RunStacksCache;
+  steps?: StepsPoller;
   seen?: Set<string>;
   generation: number;
 }
@@ -97,26 +98,39 @@ export class ClusterController {
       if (e.watcher) {
         e.watcher.refresh();
         e.stacks?.refresh();
+        e.steps?.refresh();
       } else if (e.state.kind === "error") this.restart(e.cluster.name);
     }
   }
 
-  /** A Train run's node was expanded: ask the gateway which ranks it holds. */
-  expandRun(cluster: string, key: string): void {
-    this.entries.get(cluster)?.stacks?.expand(key);
+  /** A Train run's node was expanded: ask for its ranks' stacks now, and its step times while it stays open. */
+  expandRun(cluster: string, ref: RunRef): void {
+    const e = this.entries.get(cluster);
+    e?.stacks?.expand(ref);
+    e?.steps?.refresh();
+  }
+
+  /** A Train run's node was collapsed: stop keeping its stacks (unless a rank of it is paused). */
+  collapseRun(cluster: string, ref: RunRef): void {
+    this.entries.get(cluster)?.stacks?.collapse(ref);
   }
 
   setVisible(visible: boolean): void {
     this.visible = visible;
-    for (const e of this.entries.values()) e.watcher?.setVisible(visible);
+    for (const e of this.entries.values()) {
+      e.watcher?.setVisible(visible);
+      e.steps?.setVisible(visible);
+    }
   }
 
   tree(now?: number): ViewItem[] {
     const clusters = [...this.entries.values()].map((e) => e.cluster);
     const states = new Map([...this.entries.values()].map((e) => [e.cluster.name, e.state] as const));
-    const held = new Map<string, Map<string, RunStacks>>();
-    for (const e of this.entries.values()) if (e.stacks) held.set(e.cluster.name, e.stacks.snapshot());
-    return buildTree(clusters, states, this.errors, now, held);
+    const runs = new Map<string, RunInfo>();
+    for (const e of this.entries.values()) {
+      if (e.stacks || e.steps) runs.set(e.cluster.name, { stacks: e.stacks?.snapshot() ?? new Map(), steps: e.steps?.snapshot() ?? new Map() });
+    }
+    return buildTree(clusters, states, this.errors, now, runs);
   }
 
   pausedCount(): number {
@@ -143,6 +157,12 @@ export class ClusterController {
     return st?.kind === "ok" ? st.sessions : [];
   }
 
+  /** The cluster's sessions when its last answer was a list; null while connecting or failing. */
+  listed(cluster: string): SessionRecord[] | null {
+    const st = this.entries.get(cluster)?.state;
+    return st?.kind === "ok" ? st.sessions : null;
+  }
+
   /** The latest record of a session, if its cluster still lists it. */
   session(cluster: string, id: string): SessionRecord | undefined {
     const st = this.entries.get(cluster)?.state;
@@ -164,6 +184,8 @@ export class ClusterController {
     e.watcher = undefined;
     e.stacks?.dispose();
     e.stacks = undefined;
+    e.steps?.stop();
+    e.steps = undefined;
     e.generation = -1; // late token lookups for a stopped entry are dropped
   }
 
@@ -202,6 +224,17 @@ export class ClusterController {
         if (e.generation === gen) this.deps.onChange();
       },
     });
+    const stacks = e.stacks;
+    e.steps = new StepsPoller({
+      fetch: () => client.steps(),
+      onChange: () => {
+        if (e.generation === gen) this.deps.onChange();
+      },
+      watching: () => stacks.watching > 0,
+      intervalMs: this.settings.refreshIntervalMs,
+    });
+    e.steps.setVisible(this.visible);
+    e.steps.start();
     e.watcher = new SessionWatcher({
       client: e.client,
       intervalMs: this.settings.refreshIntervalMs,

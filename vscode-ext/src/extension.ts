@@ -7,9 +7,9 @@ import { AttachRegistry } from "./attach";
 import { BreakpointGlue, setupBreakpoints } from "./breakpointCommands";
 import { CommandServices, notifyPaused, registerCommands } from "./commands";
 import { ClusterController } from "./controller";
+import { PauseGlue, setupPause } from "./pauseCommands";
 import { readLocalGateway } from "./localGateway";
 import { addressKey, userClusters, validateSettings } from "./settings";
-import { runKey } from "./runStacks";
 import { resolveToken } from "./token";
 import { addressOfSecret, migrateLegacySecrets, secretKey } from "./tokenStore";
 import { RayTreeProvider } from "./view";
@@ -22,6 +22,7 @@ export interface RaydbgApi {
   provider: RayTreeProvider;
   attached: AttachRegistry;
   breakpoints: BreakpointGlue;
+  pause: PauseGlue;
 }
 
 function readSettings() {
@@ -58,6 +59,7 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     },
     onChange: () => {
       breakpoints.controllerChanged();
+      pause.controllerChanged();
       provider.update();
       const n = controller.pausedCount();
       status.text = `$(debug-pause) ${n} paused`;
@@ -65,11 +67,13 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
       if (n > 0) status.show();
       else status.hide();
     },
-    onNewSessions: (cluster, sessions) => void notifyPaused(services, cluster, sessions),
+    // Pauses this window asked for attach on their own: no "paused" notification for them.
+    onNewSessions: (cluster, sessions) => void notifyPaused(services, cluster, sessions.filter((r) => !attached.has(r.id) && !pause.pending.ours(cluster, r))),
   });
   const services: CommandServices = { context, controller, attached };
   // After the controller: its first onChange (applySettings below) finds the glue ready.
   const breakpoints: BreakpointGlue = setupBreakpoints(context, controller, () => provider.update());
+  const pause: PauseGlue = setupPause(services);
 
   const view = vscode.window.createTreeView(VIEW_ID, { treeDataProvider: provider, showCollapseAll: true });
   controller.setVisible(view.visible);
@@ -85,7 +89,11 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     }),
     view.onDidExpandElement((e) => {
       const { run, cluster } = e.element;
-      if (run && cluster) controller.expandRun(cluster, runKey(run.job, run.run));
+      if (run && cluster) controller.expandRun(cluster, run);
+    }),
+    view.onDidCollapseElement((e) => {
+      const { run, cluster } = e.element;
+      if (run && cluster) controller.collapseRun(cluster, run);
     }),
     vscode.workspace.onDidChangeConfiguration((e) => {
       if (!e.affectsConfiguration("raydbg")) return;
@@ -103,10 +111,11 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     }),
     ...registerCommands(services),
     ...breakpoints.disposables,
+    ...pause.disposables,
     { dispose: () => controller.dispose() },
     { dispose: () => void attached.stopAll() },
   );
-  return { controller, provider, attached, breakpoints };
+  return { controller, provider, attached, breakpoints, pause };
 }
 
 export function deactivate(): void {

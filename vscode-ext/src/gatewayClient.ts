@@ -17,6 +17,8 @@ export class GatewayError extends Error {
     message: string,
     readonly reason: GatewayErrorReason,
     readonly status?: number,
+    /** The gateway's own one-line `{"error": ...}`, when it sent one. */
+    readonly detail?: string,
   ) {
     super(message);
     this.name = "GatewayError";
@@ -41,15 +43,15 @@ export interface GatewayClientOptions {
   streamIdleMs?: number;
 }
 
-/** Reads the `{"error": ...}` body the gateway sends with failures, if any. */
-function errorDetail(body: string): string {
+/** The `{"error": ...}` line the gateway sends with failures, if the body is one. */
+function gatewayError(body: string): string | undefined {
   try {
     const v = JSON.parse(body) as unknown;
     if (typeof v === "object" && v !== null && typeof (v as { error?: unknown }).error === "string") return (v as { error: string }).error;
   } catch {
-    /* not JSON: fall through */
+    /* not JSON */
   }
-  return body.trim().slice(0, 200);
+  return undefined;
 }
 
 export class GatewayClient {
@@ -83,7 +85,7 @@ export class GatewayClient {
     return { Authorization: `Bearer ${this.opts.token}`, Accept: "application/json", ...extra };
   }
 
-  private request(path: string, headers: Record<string, string>, method = "GET", body?: string): Promise<http.IncomingMessage> & { req?: http.ClientRequest } {
+  private request(path: string, headers: Record<string, string>, method = "GET", body?: string, timeoutMs = this.timeoutMs): Promise<http.IncomingMessage> & { req?: http.ClientRequest } {
     const url = new URL(this.base.httpBase + path);
     const mod = url.protocol === "https:" ? https : http;
     let req: http.ClientRequest | undefined;
@@ -91,7 +93,7 @@ export class GatewayClient {
       const sent = body === undefined ? headers : { ...headers, "Content-Type": "application/json", "Content-Length": String(Buffer.byteLength(body)) };
       req = mod.request(url, { method, headers: sent }, resolve);
       req.on("error", (e: NodeJS.ErrnoException) => reject(this.connectError(e)));
-      req.setTimeout(this.timeoutMs, () => req?.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" })));
+      req.setTimeout(timeoutMs, () => req?.destroy(Object.assign(new Error("timed out"), { code: "ETIMEDOUT" })));
       req.end(body);
     });
     return Object.assign(p, { req });
@@ -103,12 +105,13 @@ export class GatewayClient {
   }
 
   private statusError(status: number, body: string): GatewayError {
-    const detail = errorDetail(body);
+    const own = gatewayError(body);
+    const detail = own ?? body.trim().slice(0, 200);
     if (status === 401 || status === 403) {
-      return new GatewayError(`gateway ${this.opts.address} rejected the token (HTTP ${status}); set the right one with 'Ray: Set Cluster Token'`, "auth", status);
+      return new GatewayError(`gateway ${this.opts.address} rejected the token (HTTP ${status}); set the right one with 'Ray: Set Cluster Token'`, "auth", status, own);
     }
-    if (status === 404) return new GatewayError(`gateway ${this.opts.address}: not found (HTTP 404)${detail ? `: ${detail}` : ""}`, "notFound", status);
-    return new GatewayError(`gateway ${this.opts.address} answered HTTP ${status}${detail ? `: ${detail}` : ""}`, "protocol", status);
+    if (status === 404) return new GatewayError(`gateway ${this.opts.address}: not found (HTTP 404)${detail ? `: ${detail}` : ""}`, "notFound", status, own);
+    return new GatewayError(`gateway ${this.opts.address} answered HTTP ${status}${detail ? `: ${detail}` : ""}`, "protocol", status, own);
   }
 
   private static readBody(res: http.IncomingMessage): Promise<string> {
@@ -126,8 +129,8 @@ export class GatewayClient {
   }
 
   /** One JSON call (`body` sent as JSON when given); non-2xx and undecodable answers become GatewayErrors. */
-  async call(method: string, path: string, payload?: unknown): Promise<unknown> {
-    const res = await this.request(path, this.headers(), method, payload === undefined ? undefined : JSON.stringify(payload));
+  async call(method: string, path: string, payload?: unknown, timeoutMs?: number): Promise<unknown> {
+    const res = await this.request(path, this.headers(), method, payload === undefined ? undefined : JSON.stringify(payload), timeoutMs);
     let body: string;
     try {
       body = await GatewayClient.readBody(res);
@@ -154,6 +157,26 @@ export class GatewayClient {
     if (query.run) q.set("run", query.run);
     const qs = q.toString();
     return this.getJson(`/api/v1/stacks${qs ? `?${qs}` : ""}`);
+  }
+
+  /** `GET /api/v1/steps[?job=&run=]`: each Train run's ranks with their recent step times (raw; steps.ts parses it). */
+  steps(query: { job?: string; run?: string } = {}): Promise<unknown> {
+    const q = new URLSearchParams();
+    if (query.job) q.set("job", query.job);
+    if (query.run) q.set("run", query.run);
+    const qs = q.toString();
+    return this.getJson(`/api/v1/steps${qs ? `?${qs}` : ""}`);
+  }
+
+  /**
+   * `POST /api/v1/pause` (raydbg pause): stop the worker `target` names (RUN:RANK, PID,
+   * NODE:PID or a stack class id); the gateway answers once its session is listed or after
+   * `waitS` (raw; pause.ts parses it). Its wait and the node's answer may take a while.
+   */
+  pause(target: string, job: string | null, waitS = 5): Promise<unknown> {
+    const body: Record<string, unknown> = { target, wait_s: waitS };
+    if (job !== null) body.job = job;
+    return this.call("POST", "/api/v1/pause", body, Math.max(this.timeoutMs, (waitS + 30) * 1000));
   }
 
   /** `GET /api/v1/breakpoints[?job=]`: the armed breakpoints (raw; breakpoints.ts parses them). */

@@ -6,10 +6,21 @@
  * never an exception that would blank the whole view.
  */
 
+import { isObj, num, str } from "./fields";
+
 export interface ExceptionInfo {
   type: string;
   message: string;
   traceback?: string;
+}
+
+/** One frame of a snapshot (a thread `raydbg pause` found blocked in C), innermost first. */
+export interface SnapshotFrame {
+  function: string;
+  file: string;
+  line: number | null;
+  /** name -> safe repr, as the worker wrote it. */
+  locals: Record<string, string>;
 }
 
 export interface SessionRecord {
@@ -43,6 +54,11 @@ export interface SessionRecord {
   cwd: string | null;
   /** The armed breakpoint (issue 18) this session paused at, if any. */
   breakpoint_id: string | null;
+  /**
+   * State "snapshot" only: the frames (with locals) of a thread blocked in C; it becomes
+   * a session under the same id ("starting", then "waiting") once back in Python.
+   */
+  frames: SnapshotFrame[] | null;
 }
 
 /** A record that could not be used, with what was wrong (shown as an error item). */
@@ -56,22 +72,6 @@ export interface ParsedSessions {
   bad: BadRecord[];
 }
 
-type Obj = Record<string, unknown>;
-
-function isObj(v: unknown): v is Obj {
-  return typeof v === "object" && v !== null && !Array.isArray(v);
-}
-
-function str(o: Obj, k: string): string | null {
-  const v = o[k];
-  return typeof v === "string" ? v : null;
-}
-
-function num(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
-}
-
 function parseException(v: unknown): ExceptionInfo | null {
   if (!isObj(v)) return null;
   return {
@@ -81,13 +81,25 @@ function parseException(v: unknown): ExceptionInfo | null {
   };
 }
 
+function parseFrames(v: unknown): SnapshotFrame[] | null {
+  if (!Array.isArray(v)) return null;
+  const out: SnapshotFrame[] = [];
+  for (const f of v) {
+    if (!isObj(f)) continue;
+    const locals: Record<string, string> = {};
+    if (isObj(f.locals)) for (const [k, x] of Object.entries(f.locals)) locals[k] = typeof x === "string" ? x : JSON.stringify(x) ?? String(x);
+    out.push({ function: str(f, "function") ?? "?", file: str(f, "file") ?? "?", line: num(f, "line"), locals });
+  }
+  return out;
+}
+
 /** One record; `id` is the only field without which nothing can be done. */
 export function parseSessionRecord(raw: unknown): SessionRecord | string {
   if (!isObj(raw)) return `expected an object, got ${describe(raw)}`;
   const id = str(raw, "id");
   if (!id) return "record has no session id";
   const state = str(raw, "state") ?? "waiting";
-  const attachable = typeof raw.attachable === "boolean" ? raw.attachable : state !== "starting";
+  const attachable = typeof raw.attachable === "boolean" ? raw.attachable : state !== "starting" && state !== "snapshot";
   return {
     id,
     job_id: str(raw, "job_id") ?? "unknown",
@@ -115,6 +127,7 @@ export function parseSessionRecord(raw: unknown): SessionRecord | string {
     attachable,
     cwd: str(raw, "cwd"),
     breakpoint_id: str(raw, "breakpoint_id") || null,
+    frames: parseFrames(raw.frames),
   };
 }
 
@@ -151,6 +164,7 @@ export function newSessions(seen: ReadonlySet<string>, current: readonly Session
 
 /** Short human name: task or actor method, with the Train rank when there is one. */
 export function sessionName(s: SessionRecord): string {
-  const base = s.task_name ?? (s.actor_name ? `${s.actor_name}.${s.function ?? "?"}` : null) ?? s.function ?? s.id;
+  // `||`: a Train worker's snapshot record can carry an empty task name (seen on a real cluster).
+  const base = s.task_name || (s.actor_name ? `${s.actor_name}.${s.function ?? "?"}` : null) || s.function || s.id;
   return s.train_rank !== null ? `${base} [rank ${s.train_rank}]` : base;
 }

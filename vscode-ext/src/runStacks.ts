@@ -1,10 +1,12 @@
 /**
- * Held-rank information for one cluster's Train runs that have a paused rank.
+ * Stacks (rank states, held ranks, collectives) for one cluster's Train runs that have a
+ * paused rank or whose node the user has expanded.
  *
- * Stacks cost the cluster a py-spy dump of every worker, so they are fetched only for
- * runs with a paused rank: when the set of paused sessions of a run changes, when its
- * node is expanded, and on Refresh; one request per run at a time. A failed or odd
- * answer leaves nothing extra in the tree, never an error.
+ * Stacks cost the cluster a dump of every worker, so they are fetched only for those
+ * runs: when the set of paused sessions of a run changes, when its node is expanded, and
+ * on Refresh; one request per run at a time. A run with nothing paused is kept only while
+ * its node is expanded (`watch` / `unwatch`). A failed or odd answer leaves nothing extra
+ * in the tree, never an error.
  */
 import { SessionRecord } from "./records";
 import { parseRunStacks, RunStacks } from "./stacks";
@@ -28,6 +30,8 @@ export interface RunStacksOptions {
 
 interface Entry {
   ref: RunRef;
+  /** Its node is expanded: kept (and asked on expand) with nothing paused. */
+  watched: boolean;
   /** Paused session ids of the run when it was last asked for. */
   sig: string;
   data?: RunStacks;
@@ -52,17 +56,24 @@ export class RunStacksCache {
       paused.set(key, p);
     }
     let dropped = false;
-    for (const key of [...this.entries.keys()]) {
-      if (!paused.has(key)) {
-        this.entries.delete(key);
-        dropped = true;
+    for (const [key, e] of [...this.entries]) {
+      if (paused.has(key)) continue;
+      if (e.watched) {
+        // Its last paused rank went on: the held ranks it showed run again.
+        if (e.sig !== "") {
+          e.sig = "";
+          this.load(key, e);
+        }
+        continue;
       }
+      this.entries.delete(key);
+      dropped = true;
     }
     for (const [key, p] of paused) {
       const sig = p.ids.sort().join(",");
       const e = this.entries.get(key);
       if (e && e.sig === sig) continue;
-      const entry = e ?? { ref: p.ref, sig, inflight: false, again: false };
+      const entry = e ?? { ref: p.ref, watched: false, sig, inflight: false, again: false };
       entry.sig = sig;
       this.entries.set(key, entry);
       this.load(key, entry);
@@ -70,15 +81,40 @@ export class RunStacksCache {
     if (dropped) this.opts.onChange();
   }
 
-  /** Ask again for every run with a paused rank (the Refresh command). */
+  /** Ask again for every run with a paused rank or an expanded node (the Refresh command). */
   refresh(): void {
     for (const [key, e] of this.entries) this.load(key, e);
   }
 
-  /** A run's node was expanded: ask again for it. */
-  expand(key: string): void {
+  /** A run's node was expanded: ask for it now, and keep it while it stays expanded. */
+  expand(ref: RunRef): void {
+    const key = runKey(ref.job, ref.run);
+    let e = this.entries.get(key);
+    if (!e) {
+      e = { ref, watched: true, sig: "", inflight: false, again: false };
+      this.entries.set(key, e);
+    }
+    e.watched = true;
+    this.load(key, e);
+  }
+
+  /** A run's node was collapsed: forget it unless a rank of it is paused. */
+  collapse(ref: RunRef): void {
+    const key = runKey(ref.job, ref.run);
     const e = this.entries.get(key);
-    if (e) this.load(key, e);
+    if (!e) return;
+    e.watched = false;
+    if (e.sig === "") {
+      this.entries.delete(key);
+      if (e.data) this.opts.onChange();
+    }
+  }
+
+  /** Runs whose node is expanded (the steps poller asks faster while there are some). */
+  get watching(): number {
+    let n = 0;
+    for (const e of this.entries.values()) if (e.watched) n++;
+    return n;
   }
 
   get(key: string): RunStacks | undefined {

@@ -5,6 +5,7 @@
  * a RunSummary lists each rank's state (paused | held | running) and stack class id,
  * `held_by` the paused ranks; a StackClass has the one-line `summary` shown in the tree.
  */
+import { int, isObj, num, str } from "./fields";
 
 export interface RankStacks {
   world_rank: number;
@@ -15,6 +16,10 @@ export interface RankStacks {
   /** The rank's stack class, one line (e.g. `all_reduce <- train_step train.py:104`). */
   summary: string | null;
   last_progress_s: number | null;
+  /** Its stack is in a collective (the run's `waiting`), whatever Flight Recorder says. */
+  waiting: boolean;
+  /** From Flight Recorder: `in all_reduce #12`, `after broadcast #3 (pg1)`; null without it. */
+  collective: string | null;
 }
 
 export interface RunStacks {
@@ -22,25 +27,32 @@ export interface RunStacks {
   job_id: string | null;
   world_size: number | null;
   held_by: number[];
+  /** Ranks the others wait for, by Flight Recorder (they are behind). */
+  culprits: number[];
   ranks: RankStacks[];
 }
 
-type Obj = Record<string, unknown>;
+const ints = (v: unknown): number[] => (Array.isArray(v) ? v.filter((x): x is number => Number.isInteger(x)) : []);
 
-const isObj = (v: unknown): v is Obj => typeof v === "object" && v !== null && !Array.isArray(v);
-function str(o: Obj, k: string): string | null {
-  const v = o[k];
-  return typeof v === "string" ? v : null;
-}
-
-function int(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isInteger(v) ? v : null;
-}
-
-function num(o: Obj, k: string): number | null {
-  const v = o[k];
-  return typeof v === "number" && Number.isFinite(v) ? v : null;
+/**
+ * A rank's last collective per process group, as the TUI's gang view says it
+ * (raydbg/tui/gang_view._in_collective): `in OP #SEQ` while started and not completed,
+ * else `after OP #SEQ`; the group named unless it is the world group. Null: no Flight Recorder.
+ */
+export function collectiveText(groups: unknown): string | null {
+  if (!isObj(groups)) return null;
+  const parts: string[] = [];
+  for (const name of Object.keys(groups).sort()) {
+    const g = groups[name];
+    if (!isObj(g)) continue;
+    const started = isObj(g.started) ? g.started : {};
+    const done = isObj(g.completed) ? g.completed : {};
+    const seq = typeof started.seq === "number" ? started.seq : null;
+    const inside = seq !== null && seq !== (typeof done.seq === "number" ? done.seq : null);
+    const op = typeof started.op === "string" ? started.op : "?";
+    parts.push(`${inside ? "in" : "after"} ${op} #${seq ?? "?"}${name === "default_pg" ? "" : ` (${name})`}`);
+  }
+  return parts.join(", ") || "none yet";
 }
 
 /**
@@ -59,6 +71,7 @@ export function parseRunStacks(payload: unknown, run: string, job: string | null
     if (!isObj(r) || str(r, "run") !== run) continue;
     const jobId = str(r, "job_id") || null;
     if (job !== null && jobId !== null && jobId !== job) continue;
+    const waiting = new Set(ints(r.waiting));
     const ranks: RankStacks[] = [];
     for (const k of Array.isArray(r.ranks) ? r.ranks : []) {
       if (!isObj(k)) continue;
@@ -73,10 +86,11 @@ export function parseRunStacks(payload: unknown, run: string, job: string | null
         state: str(k, "state") ?? "running",
         summary: cls !== null ? (summaries.get(cls) ?? null) : null,
         last_progress_s: num(k, "last_progress_s"),
+        waiting: waiting.has(rank),
+        collective: collectiveText(k.collectives),
       });
     }
-    const heldBy = Array.isArray(r.held_by) ? r.held_by.filter((x): x is number => Number.isInteger(x)) : [];
-    return { run, job_id: jobId, world_size: int(r, "world_size"), held_by: heldBy, ranks };
+    return { run, job_id: jobId, world_size: int(r, "world_size"), held_by: ints(r.held_by), culprits: ints(r.culprits), ranks };
   }
   return null;
 }

@@ -22,7 +22,9 @@ export class RayTreeProvider implements vscode.TreeDataProvider<ViewItem> {
   }
 
   getTreeItem(item: ViewItem): vscode.TreeItem {
-    const state = item.children ? vscode.TreeItemCollapsibleState.Expanded : vscode.TreeItemCollapsibleState.None;
+    const { Collapsed, Expanded, None } = vscode.TreeItemCollapsibleState;
+    // VS Code keeps the user's expand / collapse of an item by its id; this is the first look.
+    const state = item.children ? (item.collapsed ? Collapsed : Expanded) : None;
     const t = new vscode.TreeItem(item.label, state);
     t.id = item.id;
     t.description = item.description;

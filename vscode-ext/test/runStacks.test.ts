@@ -59,7 +59,7 @@ test("one request per run at a time; a change meanwhile asks once more afterward
   const { cache, calls } = manual();
   cache.sync(sessions(rank(0)));
   cache.refresh();
-  cache.expand(KEY);
+  cache.expand({ job: JOB, run: "sd-train" });
   assert.equal(calls.length, 1);
   calls[0].resolve(body("first"));
   await tick();
@@ -68,8 +68,8 @@ test("one request per run at a time; a change meanwhile asks once more afterward
   await tick();
   assert.equal(calls.length, 2);
   assert.equal(cache.get(KEY)?.ranks[1].summary, "second");
-  cache.expand("unknown-run");
-  assert.equal(calls.length, 2);
+  cache.collapse({ job: JOB, run: "sd-train" });
+  assert.ok(cache.get(KEY), "a run with a paused rank stays when its node collapses");
 });
 
 test("a failure or an odd body drops what was shown; a run that resumed takes no late answer", async () => {
@@ -129,7 +129,7 @@ test("fake gateway: a run with a paused rank shows the ranks it holds; expand an
     const asked = stacksRequests().slice(before);
     assert.deepEqual(asked.map((r) => r.url), [`/api/v1/stacks?job=${JOB}&run=sd-train`]);
     assert.equal(asked[0].headers.authorization, "Bearer s3cret");
-    c.expandRun("prod", KEY);
+    c.expandRun("prod", { job: JOB, run: "sd-train" });
     await waitFor(() => stacksRequests().length === before + 2, 3000, "stacks asked again on expand");
     c.refresh("prod");
     await waitFor(() => stacksRequests().length === before + 3, 3000, "stacks asked again on refresh");

@@ -6,8 +6,8 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 import { parseSessionList, parseSessionRecord, SessionRecord } from "../src/records";
 import { runKey } from "../src/runStacks";
-import { parseRunStacks, RunStacks } from "../src/stacks";
-import { clusterItem, ClusterState, CTX, ViewItem } from "../src/treeModel";
+import { parseRunStacks } from "../src/stacks";
+import { clusterItem, ClusterState, CTX, RunInfo, ViewItem } from "../src/treeModel";
 import { record } from "./helpers/fakeGateway";
 
 const cluster = { name: "prod", address: "head:8266" };
@@ -48,10 +48,10 @@ function stacksBody(over: Record<string, unknown> = {}) {
   };
 }
 
-function held(body: unknown): Map<string, RunStacks> {
+function held(body: unknown): RunInfo {
   const parsed = parseRunStacks(body, "sd-train", JOB);
   assert.ok(parsed && typeof parsed === "object", JSON.stringify(parsed));
-  return new Map([[runKey(JOB, "sd-train"), parsed]]);
+  return { stacks: new Map([[runKey(JOB, "sd-train"), parsed]]), steps: new Map() };
 }
 
 function kids(item: ViewItem | undefined): ViewItem[] {
@@ -122,20 +122,31 @@ test("several paused ranks are named; an unknown class leaves the summary out", 
   ]);
 });
 
-test("no stacks, stacks of another job, or ranks not held: nothing extra", () => {
+test("no stacks or stacks of another job: nothing extra; ranks not held show as running ranks to pause", () => {
   const plain = kids(kids(clusterItem(cluster, ok([rank(0)]), NOW))[0]);
   assert.deepEqual(plain.map((r) => r.label), ["rank 0"]);
   assert.equal(parseRunStacks(stacksBody({ job_id: "09000000" }), "sd-train", JOB), null);
   assert.equal(parseRunStacks(stacksBody(), "other-run", JOB), null);
   const running = stacksBody({ held_by: [] });
   for (const r of running.runs[0].ranks) r.state = r.world_rank === 0 ? "paused" : "running";
-  assert.deepEqual(kids(kids(clusterItem(cluster, ok([rank(0)]), NOW, held(running)))[0]).map((r) => r.label).length, 1);
+  const ranks = kids(kids(clusterItem(cluster, ok([rank(0)]), NOW, held(running)))[0]);
+  assert.deepEqual(ranks.map((r) => [r.label, r.contextValue, r.description]), [
+    ["rank 0", CTX.attachable, "train.py:17 · breakpoint"],
+    // Their stacks are in a collective (the run's `waiting`).
+    ["rank 1", CTX.running, "in collective"],
+    ["rank 2", CTX.running, "in collective"],
+    ["rank 3", CTX.running, "in collective"],
+  ]);
+  assert.deepEqual(ranks[2].pauseTarget, { cluster: "prod", job: JOB, run: "sd-train", rank: 2 });
 });
 
 test("malformed stacks answers parse to a message or to defaults, never an exception", () => {
   for (const bad of [null, [], "x", { runs: "no" }, {}]) assert.equal(typeof parseRunStacks(bad, "sd-train", null), "string");
   const odd = parseRunStacks({ runs: [{ run: "sd-train", ranks: [null, { world_rank: "1" }, { world_rank: 2, state: 7 }], held_by: ["0", 1] }], classes: "x" }, "sd-train", JOB);
-  assert.deepEqual(odd, { run: "sd-train", job_id: null, world_size: null, held_by: [1], ranks: [{ world_rank: 2, local_rank: null, node_id: null, pid: null, state: "running", summary: null, last_progress_s: null }] });
+  assert.deepEqual(odd, {
+    run: "sd-train", job_id: null, world_size: null, held_by: [1], culprits: [],
+    ranks: [{ world_rank: 2, local_rank: null, node_id: null, pid: null, state: "running", summary: null, last_progress_s: null, waiting: false, collective: null }],
+  });
 });
 
 test("world size unknown: the count says how many are paused; pause-all groups say so", () => {

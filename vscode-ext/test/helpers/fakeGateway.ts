@@ -24,6 +24,10 @@ export interface FakeGatewayOptions {
    * returning [status, body]. Undefined: 404, as a gateway without stacks.
    */
   stacks?: unknown;
+  /** Answer for GET /api/v1/steps, like `stacks`. Undefined: 404, as a gateway without steps. */
+  steps?: unknown;
+  /** Answer for POST /api/v1/pause: a function of the body returning [status, body]. Undefined: 404. */
+  pause?: (body: unknown) => [number, unknown];
   /** Serve the breakpoints API (issue 18) from an in-memory store (`FakeGateway.bps`). */
   breakpoints?: boolean;
   /** Called for each relayed WebSocket once the upgrade is accepted. */
@@ -40,6 +44,10 @@ export class FakeGateway {
   sessions: unknown;
   stream: boolean;
   stacks: unknown;
+  steps: unknown;
+  pause?: (body: unknown) => [number, unknown];
+  /** POST /api/v1/pause bodies as received. */
+  pauses: unknown[] = [];
   onRelay: (ws: WebSocket, seen: UpgradeSeen) => void;
   breakpoints: boolean;
   /** The armed breakpoints, as the gateway keeps them. */
@@ -55,6 +63,8 @@ export class FakeGateway {
     this.sessions = opts.sessions ?? [];
     this.stream = opts.stream ?? true;
     this.stacks = opts.stacks;
+    this.steps = opts.steps;
+    this.pause = opts.pause;
     this.breakpoints = opts.breakpoints ?? false;
     this.onRelay = opts.onRelay ?? ((ws) => ws.on("message", (d: Buffer) => ws.send(d, { binary: true })));
     this.server = http.createServer((req, res) => this.handle(req, res));
@@ -86,9 +96,24 @@ export class FakeGateway {
       const body = typeof this.sessions === "string" ? this.sessions : JSON.stringify(this.sessions);
       res.writeHead(200, { "Content-Type": "application/json" }).end(body);
     } else if ((req.url ?? "").startsWith("/api/v1/stacks") && this.stacks !== undefined) {
-      const query = new URL(req.url ?? "", "http://x").searchParams;
-      const [status, body] = typeof this.stacks === "function" ? (this.stacks as (q: URLSearchParams) => [number, unknown])(query) : [200, this.stacks];
-      res.writeHead(status, { "Content-Type": "application/json" }).end(typeof body === "string" ? body : JSON.stringify(body));
+      this.answer(req, res, this.stacks);
+    } else if ((req.url ?? "").startsWith("/api/v1/steps") && this.steps !== undefined) {
+      this.answer(req, res, this.steps);
+    } else if (req.url === "/api/v1/pause" && req.method === "POST" && this.pause !== undefined) {
+      const pause = this.pause;
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        let body: unknown = null;
+        try {
+          body = JSON.parse(Buffer.concat(chunks).toString("utf8"));
+        } catch {
+          /* the handler sees null */
+        }
+        this.pauses.push(body);
+        const [status, answer] = pause(body);
+        res.writeHead(status, { "Content-Type": "application/json" }).end(JSON.stringify(answer));
+      });
     } else if (req.url === "/api/v1/stream" && this.stream) {
       res.writeHead(200, { "Content-Type": "text/event-stream", "Cache-Control": "no-cache" });
       this.streams.add(res);
@@ -97,6 +122,13 @@ export class FakeGateway {
     } else {
       res.writeHead(404, { "Content-Type": "application/json" }).end(JSON.stringify({ error: "not found" }));
     }
+  }
+
+  /** A GET answer given as a body, or as a function of the query returning [status, body]. */
+  private answer(req: http.IncomingMessage, res: http.ServerResponse, given: unknown): void {
+    const query = new URL(req.url ?? "", "http://x").searchParams;
+    const [status, body] = typeof given === "function" ? (given as (q: URLSearchParams) => [number, unknown])(query) : [200, given];
+    res.writeHead(status, { "Content-Type": "application/json" }).end(typeof body === "string" ? body : JSON.stringify(body));
   }
 
   /** The contract of GET / PUT / DELETE /api/v1/breakpoints (docs/architecture.md). */

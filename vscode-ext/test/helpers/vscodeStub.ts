@@ -46,6 +46,8 @@ export interface Recorded {
   inputs: (string | undefined)[];
   configUpdates: { key: string; value: unknown; target: number }[];
   clipboard: string[];
+  /** Documents shown (showTextDocument), with the text their content provider gave. */
+  documents: { uri: string; text: string }[];
   statusBar: { text: string; visible: boolean; command?: string };
 }
 
@@ -72,14 +74,17 @@ export function makeVscodeStub(opts: {
     inputs: [],
     configUpdates: [],
     clipboard: [],
+    documents: [],
     statusBar: { text: "", visible: false },
   };
+  const providers = new Map<string, { provideTextDocumentContent(uri: { scheme: string; path: string }): string }>();
   const config = { ...opts.config };
   const workspaceConfig = { ...opts.workspaceConfig };
   const configChanged = new EventEmitter<{ affectsConfiguration(s: string): boolean }>();
   const debugTerminated = new EventEmitter<{ configuration: Record<string, unknown> }>();
   const visibility = new EventEmitter<{ visible: boolean }>();
   const expanded = new EventEmitter<{ element: unknown }>();
+  const collapsed = new EventEmitter<{ element: unknown }>();
   const secretChanged = new EventEmitter<{ key: string }>();
   const secrets = new Map(Object.entries(opts.secrets ?? {}));
   const breakpointsChanged = new EventEmitter<unknown>();
@@ -95,6 +100,10 @@ export function makeVscodeStub(opts: {
     TreeItem,
     ThemeIcon,
     TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
+    ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
+    Uri: {
+      from: (c: { scheme: string; path: string }) => ({ scheme: c.scheme, path: c.path, toString: () => `${c.scheme}:${c.path}` }),
+    },
     StatusBarAlignment: { Left: 1, Right: 2 },
     ConfigurationTarget: { Global: 1, Workspace: 2, WorkspaceFolder: 3 },
     window: {
@@ -115,12 +124,17 @@ export function makeVscodeStub(opts: {
       }),
       createTreeView: (id: string, options: { treeDataProvider: unknown }) => {
         rec.views.push({ id, options });
-        return { visible: true, onDidChangeVisibility: visibility.event, onDidExpandElement: expanded.event, dispose: () => {} };
+        return { visible: true, onDidChangeVisibility: visibility.event, onDidExpandElement: expanded.event, onDidCollapseElement: collapsed.event, dispose: () => {} };
       },
       showInformationMessage: message("info"),
       showWarningMessage: message("warning"),
       showErrorMessage: message("error"),
       showInputBox: () => Promise.resolve(rec.inputs.shift()),
+      withProgress: <T>(_opts: unknown, task: (p: { report(v: unknown): void }) => Promise<T>) => task({ report: () => {} }),
+      showTextDocument: (doc: { uri: { toString(): string }; text: string }) => {
+        rec.documents.push({ uri: doc.uri.toString(), text: doc.text });
+        return Promise.resolve({});
+      },
       showQuickPick: (items: string[]) => Promise.resolve(items[0]),
     },
     workspace: {
@@ -138,6 +152,14 @@ export function makeVscodeStub(opts: {
         },
       }),
       onDidChangeConfiguration: configChanged.event,
+      registerTextDocumentContentProvider: (scheme: string, p: { provideTextDocumentContent(uri: { scheme: string; path: string }): string }) => {
+        providers.set(scheme, p);
+        return { dispose: () => providers.delete(scheme) };
+      },
+      openTextDocument: (uri: { scheme: string; path: string }) => {
+        const p = providers.get(uri.scheme);
+        return p ? Promise.resolve({ uri, text: p.provideTextDocumentContent(uri) }) : Promise.reject(new Error(`no provider for ${uri.scheme}`));
+      },
     },
     commands: {
       registerCommand: (id: string, fn: (...args: unknown[]) => unknown) => {
@@ -218,7 +240,7 @@ export function makeVscodeStub(opts: {
     configChanged.fire({ affectsConfiguration: (s: string) => key.startsWith(s) });
   };
 
-  return { vscode, context, rec, secrets, debugTerminated, visibility, expanded, config, workspaceConfig, editSettings, setBreakpoints, workspaceState };
+  return { vscode, context, rec, secrets, debugTerminated, visibility, expanded, collapsed, config, workspaceConfig, editSettings, setBreakpoints, workspaceState };
 }
 
 /** Make `require("vscode")` return `stub` for modules loaded after this call. */
