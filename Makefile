@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-matrix matrix-venvs main-suite lint vscode-test install clean
+.PHONY: demo test test-matrix matrix-venvs main-suite main-suite-e2e main-suite-units lint vscode-test install clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -84,27 +84,42 @@ main-suite: $(STAMP) lint vscode-test
 	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
 	$(BIN)/python -m pytest -q -rs --durations=20 --junitxml=$(MATRIX_RESULTS)/main.xml tests
 
-# The version matrix runs in the background meanwhile: its venvs install (~1 min each), then
-# its entries, one after another, while lint, the extension tests and the main suite run
-# in the foreground (a matrix entry's tests mostly wait on Ray: ~0.4 core). Its own HOME
-# (Ray's token file) and raydbg's own record folders keep the two apart: a node's records
-# (memory reservations, progress, stacks) are per machine, and the two runs' clusters are
-# on one machine. Its output is build/matrix/matrix.log, printed at the end, and
-# docs/support.md is rendered once both are done; `make test` fails when either failed.
-MATRIX_ISOLATION = HOME=$(CURDIR)/$(MATRIX_RESULTS)/home RAYDBG_RUN_DIR=$(CURDIR)/$(MATRIX_RESULTS)/tasks \
-	RAYDBG_PROGRESS_BASE=$(CURDIR)/$(MATRIX_RESULTS)/run RAYDBG_STACKS_DIR=$(CURDIR)/$(MATRIX_RESULTS)/run
+# `make test` runs the main suite in two parts side by side, the end-to-end tests (tests/e2e:
+# mostly waiting on Ray clusters) and the rest, and the version matrix after the rest: its
+# venvs install first (~1 min each), then its entries one after another. A part's results
+# are main-<part>.xml (version_matrix.py reads them as one column). The parts share this
+# machine, so each side gets its own folders for what raydbg keeps per machine (a node's
+# memory reservations, progress and stacks records), and the matrix its own HOME (Ray's
+# token file, another Ray version's); Ray's token is made before either starts a cluster (two
+# clusters starting at once would each write one). The side's output is build/matrix/side.log,
+# printed at the end with docs/support.md rendered; `make test` fails when any part failed.
+main-suite-e2e: $(STAMP)
+	$(BIN)/python -m pytest -q -rs --durations=15 --junitxml=$(MATRIX_RESULTS)/main-e2e.xml tests/e2e
 
-test: $(STAMP)
-	@rm -rf $(MATRIX_RESULTS); mkdir -p $(MATRIX_RESULTS)/home $(MATRIX_RESULTS)/run
-	@( $(MAKE) --no-print-directory matrix-venvs && \
-	   $(MATRIX_ISOLATION) $(MAKE) --no-print-directory test-matrix PY310=$(PY310) PY312=$(PY312) PY313=$(PY313) \
-	 ) > $(MATRIX_RESULTS)/matrix.log 2>&1 & matrix=$$!; \
-	$(MAKE) --no-print-directory main-suite; rc=$$?; \
-	wait $$matrix; mrc=$$?; \
-	echo "---- the version matrix ($(MATRIX_RESULTS)/matrix.log) ----"; cat $(MATRIX_RESULTS)/matrix.log; \
+main-suite-units: $(STAMP)
+	$(BIN)/python -m pytest -q -rs --durations=10 --junitxml=$(MATRIX_RESULTS)/main-units.xml tests --ignore=tests/e2e
+
+own_folders = RAYDBG_RUN_DIR=$(CURDIR)/$(MATRIX_RESULTS)/$(1)/tasks RAYDBG_PROGRESS_BASE=$(CURDIR)/$(MATRIX_RESULTS)/$(1) \
+	RAYDBG_STACKS_DIR=$(CURDIR)/$(MATRIX_RESULTS)/$(1)
+MATRIX_PYTHONS = PY310=$(PY310) PY312=$(PY312) PY313=$(PY313)
+
+test: $(STAMP) lint vscode-test
+	@rm -rf $(MATRIX_RESULTS); mkdir -p $(MATRIX_RESULTS)/units $(MATRIX_RESULTS)/matrix/home
+	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
+	$(BIN)/ray get-auth-token --generate > /dev/null
+	@( $(MAKE) --no-print-directory matrix-venvs; venvs=$$?; \
+	   $(call own_folders,units) $(MAKE) --no-print-directory main-suite-units; units=$$?; \
+	   matrix=1; test $$venvs -eq 0 && { HOME=$(CURDIR)/$(MATRIX_RESULTS)/matrix/home $(call own_folders,matrix) \
+	     $(MAKE) --no-print-directory test-matrix $(MATRIX_PYTHONS); matrix=$$?; }; \
+	   echo "side: venvs rc $$venvs, main suite (units) rc $$units, matrix rc $$matrix"; \
+	   test $$venvs -eq 0 -a $$units -eq 0 -a $$matrix -eq 0 ) > $(MATRIX_RESULTS)/side.log 2>&1 & side=$$!; \
+	$(MAKE) --no-print-directory main-suite-e2e; rc=$$?; \
+	wait $$side; src=$$?; \
+	echo "---- the main suite's other tests and the version matrix ($(MATRIX_RESULTS)/side.log) ----"; \
+	cat $(MATRIX_RESULTS)/side.log; \
 	$(PY) tests/version_matrix.py render $(MATRIX_RESULTS) > docs/support.md; \
-	test $$rc -eq 0 || { echo "the main suite failed"; exit $$rc; }; \
-	test $$mrc -eq 0 || { echo "the version matrix failed"; exit 1; }
+	test $$rc -eq 0 || { echo "the main suite's end-to-end tests failed"; exit $$rc; }; \
+	test $$src -eq 0 || { echo "the main suite's other tests or the version matrix failed"; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(addprefix .venv-,$(MATRIX)) $(MATRIX_RESULTS)

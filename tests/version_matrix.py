@@ -8,7 +8,8 @@ one Python; it runs only the tests that touch Ray internals or differ by version
                                                      an entry on the main suite's Ray)
   python tests/version_matrix.py versions            this interpreter's Ray and Python (JSON)
   python tests/version_matrix.py render DIR > docs/support.md
-      DIR holds, per entry, NAME.xml (pytest --junitxml) and NAME.json (`versions`)
+      DIR holds, per entry, NAME.xml (pytest --junitxml; main-<part>.xml for the main suite
+      run in parts) and NAME.json (`versions`)
 """
 
 from __future__ import annotations
@@ -133,11 +134,17 @@ def _cell(nodes: list[str], outcomes: dict[str, tuple[str, str]], notes: list[st
 
 
 def render(results: Path) -> str:
-    entries = []
+    # An entry is NAME.json with NAME.xml, or with NAME-<part>.xml for a run in parts (`make
+    # test` runs the main suite's end-to-end tests and the rest side by side).
+    parts: dict[str, list[Path]] = {}
     for xml in sorted(results.glob("*.xml")):
-        info = json.loads(xml.with_suffix(".json").read_text())
-        main = " (main suite)" if xml.stem == MAIN else ""
-        entries.append((f"Ray {info['ray']}, Python {info['python']}{main}", _outcomes(xml)))
+        parts.setdefault(xml.stem.split("-", 1)[0] if xml.stem.startswith(MAIN + "-") else xml.stem, []).append(xml)
+    entries = []
+    for name, xmls in sorted(parts.items()):
+        info = json.loads((results / f"{name}.json").read_text())
+        main = " (main suite)" if name == MAIN else ""
+        outcomes = {node: state for xml in xmls for node, state in _outcomes(xml).items()}
+        entries.append((f"Ray {info['ray']}, Python {info['python']}{main}", outcomes))
     notes: list[str] = []
     rows = [f"| {feature} | " + " | ".join(_cell(nodes, o, notes) for _, o in entries) + " |"
             for feature, nodes in FEATURES]

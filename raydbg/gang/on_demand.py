@@ -4,7 +4,7 @@ The stacks thread (cooperative.py) calls `request()` when the node's agent asks.
 chosen is the one a stack class is decided by (classes.main_thread: a Train rank's training
 thread, else the one with the most user frames). It is armed (worker/thread_trace.py) and
 stops at its next line in a frame of user code, where it becomes an ordinary session.
-A thread still in C after GRACE_S (a collective wait, a sleep, a lock) is listed at once
+A thread still in C after GRACE_S (0.25 s: a collective wait, a sleep, a lock) is listed at once
 as a snapshot (its frames with their locals) and becomes the session, under the same id,
 when it returns to Python. A `raydbg continue` of the snapshot disarms it and removes the
 record; so does RAYDBG_WAIT_TIMEOUT, as a session nobody attached to ends.
@@ -27,7 +27,10 @@ from raydbg.worker import resume, session, thread_trace
 
 log = logging.getLogger("raydbg.worker")
 
-GRACE_S = 0.1  # a thread running Python reaches its next line within microseconds
+# A thread running Python reaches its next line within microseconds once it has the CPU; on
+# a loaded machine that can take a while (seen > 0.1 s at load 5 on 2 cores). Later, it is
+# listed as a snapshot first and becomes the session a moment after, under the same id.
+GRACE_S = 0.25
 REASON = "pause"
 
 _lock = threading.Lock()

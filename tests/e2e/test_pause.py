@@ -99,6 +99,21 @@ def _pause(gw: Any, target: str, wait_s: float = 10.0) -> tuple[dict[str, Any], 
     return answer, time.monotonic() - start
 
 
+def _pause_to_session(gw: Any, target: str) -> tuple[dict[str, Any], float]:
+    """Pause a thread that runs Python: its session, and the seconds from the request until it
+    was listed. On a loaded machine the thread may not get the CPU within the worker's grace:
+    then it is listed as a snapshot first and becomes the session under the same id."""
+    start = time.monotonic()
+    answer = asyncio.run(gw.pause(target, wait_s=10))
+    rec = answer["session"]
+    assert rec is not None, answer
+    if rec["state"] == "snapshot":
+        rec = wait_until(lambda: next((s for s in asyncio.run(gw.sessions())
+                                       if s["id"] == rec["id"] and s["state"] != "snapshot"), None),
+                         30, f"snapshot {rec['id']} becoming a session", every=0.02)
+    return {**answer, "session": rec}, time.monotonic() - start
+
+
 def _loop_lines() -> set[int]:
     head = targets.line_of("loop_head")
     return set(range(head, head + 4))
@@ -112,11 +127,10 @@ def test_pause_a_rank_in_a_python_loop_then_continue(cluster: tuple[Cluster, Any
     try:
         # This loop never reports: its ranks are known from Train's state, not progress records.
         wait_until(lambda: _ranks_known(gw, run, 2), 120, "both ranks in the stacks report", every=0.5)
-        answer, took = _pause(gw, f"{run}:1")
+        answer, took = _pause_to_session(gw, f"{run}:1")
         rec = answer["session"]
-        assert rec is not None, answer
         assert took < PAUSE_WITHIN_S, f"the session was listed {took:.2f}s after the request"
-        assert rec["state"] != "snapshot" and rec["reason"] == "pause"
+        assert rec["reason"] == "pause"
         assert rec["train_rank"] == 1 and rec["train_run"] == run, rec
         assert rec["file"] == targets.FILE and rec["line"] in _loop_lines(), rec
         assert answer["world_rank"] == 1 and answer["pid"] == rec["pid"]
@@ -161,8 +175,8 @@ def test_pause_by_stack_class_and_by_task_pid(cluster: tuple[Cluster, Any], tmp_
         asyncio.run(gw.continue_session(rec["id"]))
         wait_gone(gw, rec["id"])
 
-        answer, _ = _pause(gw, str(pid))  # and by pid
-        assert answer["session"] is not None and answer["session"]["pid"] == pid, answer
+        answer, _ = _pause_to_session(gw, str(pid))  # and by pid
+        assert answer["session"]["pid"] == pid, answer
         asyncio.run(gw.continue_session(answer["session"]["id"]))
         wait_gone(gw, answer["session"]["id"])
     finally:
