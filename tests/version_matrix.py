@@ -176,7 +176,7 @@ def render(results: Path) -> str:
         "(on Ray 2.51: `Ray token auth: not in Ray 2.51.x, raydbg's own token in use`; Ray's",
         "token authentication starts at 2.52).",
         "",
-        "Regenerate: `make test` (the main suite's column, then the matrix), or `make test-matrix`",
+        "Regenerate: `make test` (the main suite's column and the matrix), or `make test-matrix`",
         "(the matrix only; `MATRIX=ray251-py310` for one entry), which write `build/matrix/` and",
         "render this page with `python tests/version_matrix.py render build/matrix > docs/support.md`.",
         "",
