@@ -64,18 +64,24 @@ def test_stacks_and_the_hang_event_of_a_stuck_run_without_torch(cluster: tuple[C
     fit = threading.Thread(target=lambda: result.update(out=trainer.fit()), daemon=True)
     fit.start()
     try:
+        def in_the_loop(w: dict[str, Any]) -> bool:
+            return "stuck_after_one_report" in {f["function"] for t in w["threads"] for f in t["frames"]}
+
         def both_ranks() -> dict[str, Any] | None:
+            # A rank is listed from its Train setup on (its snapshot names its run and rank),
+            # a moment before its training function starts: wait for both in the function.
             out = c.cli("stacks", "--json", "--run", RUN, timeout=120)
             answer = json.loads(out.stdout) if out.returncode == 0 else {}
             workers = answer.get("workers") or []
-            return answer if sorted(w.get("world_rank") for w in workers) == [0, 1] else None
+            ranks = sorted(w.get("world_rank") for w in workers)
+            return answer if ranks == [0, 1] and all(in_the_loop(w) for w in workers) else None
 
-        answer = wait_until(both_ranks, 180, "both ranks in `raydbg stacks --run`", every=1.0)
+        answer = wait_until(both_ranks, 180, "both ranks in the training function in `raydbg stacks --run`",
+                            every=1.0)
         (run,) = answer["runs"]
         assert run["run"] == RUN and run["world_size"] == 2
         for w in answer["workers"]:
             assert w["train_run"] == RUN and w["paused"] is False
-            assert "stuck_after_one_report" in {f["function"] for t in w["threads"] for f in t["frames"]}
         events = wait_until(lambda: _hang_events(gw), 180, "a hang event for the run", every=1.0)
         assert len(events) == 1, events
         details = events[0]["details"]
