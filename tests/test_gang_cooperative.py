@@ -11,6 +11,7 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -219,3 +220,34 @@ def test_stacks_pyspy_off_asks_only_the_handler(child: subprocess.Popen[str], tm
     monkeypatch.setenv("RAYDBG_STACKS_PYSPY", "1")  # on: tried first (and fails here)
     (w,) = asyncio.run(node.node_stacks("n1", "127.0.0.1"))
     assert (w["source"], "pyspy_error" in w, ran.exists()) == ("cooperative", True, True)
+
+
+def test_a_run_filter_keeps_ranks_their_snapshot_names_and_spares_the_rest_py_spy(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--run r`: a rank labelled by its progress record, one only its snapshot names (it never
+    reported), a worker of another run (left out before any dump), one raydbg is not in."""
+    ids = [{"pid": 1, "task_name": "t", "train_run": "r", "world_rank": 0},
+           {"pid": 2, "task_name": "t"}, {"pid": 3, "task_name": "t", "train_run": "other"},
+           {"pid": 4, "task_name": "t"}]
+    monkeypatch.setattr(worker_labels, "node_workers", lambda *a: [dict(w) for w in ids])
+    monkeypatch.setattr(cooperative, "listening", lambda pid: pid in (1, 2, 3))
+    asked: list[int] = []
+
+    async def ask_snapshot(pid: int, timeout: float = 2.0, base: Any = None) -> dict[str, Any]:
+        asked.append(pid)
+        train = {"train_run": "r", "world_rank": 1, "local_rank": 1, "world_size": 2} if pid == 2 else None
+        return {"threads": [{"name": "MainThread", "frames": []}], "train": train}
+
+    dumped: list[int] = []
+
+    async def dump(pid: int, native: bool, timeout: float) -> list[dict[str, Any]]:
+        dumped.append(pid)
+        raise pyspy.StackError("no ptrace here")
+
+    monkeypatch.setattr(cooperative, "ask_snapshot", ask_snapshot)
+    monkeypatch.setattr(pyspy, "dump", dump)
+    monkeypatch.setenv("RAYDBG_STACKS_PYSPY", "1")
+    out = asyncio.run(node.node_stacks("n1", "127.0.0.1", run="r"))
+    assert [(w["pid"], w["world_rank"]) for w in out] == [(1, 0), (2, 1)]
+    assert sorted(asked) == [1, 2]  # never the other run's (nor pid 4: no stacks thread)
+    assert dumped == []  # pid 4 (no stacks thread, no label) is not worth a py-spy under --run

@@ -89,7 +89,13 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
     ids = [w for w in ids if w.get("task_name") is not None or w.get("actor_id")]  # not idle workers
     slots = asyncio.Semaphore(PARALLEL)
     use_pyspy = use_pyspy and pyspy_enabled()
-    out = list(await asyncio.gather(*(worker_stacks(w, native, use_pyspy, use_thread=use_thread, pyspy_slots=slots)
+
+    def pyspy_for(w: dict[str, Any]) -> bool:
+        # Under a run filter an unlabelled worker is asked only through its stacks thread: one
+        # raydbg is not active in cannot name its run, so py-spy on it would be wasted.
+        return use_pyspy and (run is None or w.get("train_run") is not None)
+
+    out = list(await asyncio.gather(*(worker_stacks(w, native, pyspy_for(w), use_thread=use_thread, pyspy_slots=slots)
                                       for w in ids)))
     if run is not None:
         out = [w for w in out if _in_run(w, run)]
