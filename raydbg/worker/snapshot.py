@@ -60,8 +60,11 @@ def _has_plain(value: Any, attr: str) -> bool:
 
 def _attr_text(value: Any, attr: str) -> str:
     got = getattr(value, attr)
-    return _repr.repr(tuple(got)) if attr == "shape" else str(got)[:64] if type(got).__module__ in (
-        "torch", "numpy", "builtins") else f"<{type(got).__qualname__}>"
+    if attr == "shape":
+        return _repr.repr(tuple(got))
+    if type(got).__module__ in ("torch", "numpy", "builtins"):  # a dtype or device: plain text
+        return str(got)[:64]
+    return f"<{type(got).__qualname__}>"
 
 
 def frames_of(top: FrameType | None) -> list[dict[str, Any]]:
