@@ -92,7 +92,7 @@ def test_safe_repr_renders_builtins_bounded_and_never_runs_user_code() -> None:
     assert len(snapshot.safe_repr("x" * 10_000)) <= 2 * snapshot.REPR_CHARS
     assert snapshot.safe_repr([1, 2, 3]) == "[1, 2, 3]"
     assert snapshot.safe_repr(Slow()) == f"<{__name__}.Slow>"
-    assert snapshot.safe_repr([1, Slow()]) == "<list>"  # a container holding user objects
+    assert snapshot.safe_repr([1, Slow()]) == f"[1, <{__name__}.Slow>]"  # a user object in a list: its type
     assert snapshot.safe_repr(FakeTensor()) == f"<{__name__}.FakeTensor>"
 
 
