@@ -11,7 +11,7 @@ import time
 from collections import Counter, OrderedDict
 from typing import Any
 
-from raydbg import validate
+from raydbg import record_fit, validate
 from raydbg.config import NAMESPACE
 
 SESSION = "session/"
@@ -63,7 +63,8 @@ def client() -> Any:
 
 
 def put(key: str, value: dict[str, Any] | bytes) -> None:
-    data = value if isinstance(value, bytes) else json.dumps(value).encode()
+    """Store `value`; a record (a dict) is cut to fit the readers' size cap (record_fit.py)."""
+    data = value if isinstance(value, bytes) else record_fit.fit(value)
     client().internal_kv_put(key.encode(), data, True, _NS, timeout=_TIMEOUT)
 
 
@@ -80,9 +81,17 @@ def get_bytes(key: str, gcs: Any = None) -> bytes | None:
 
 def get(key: str, gcs: Any = None) -> dict[str, Any] | None:
     """The record at `key`, checked against its schema (None if absent or malformed)."""
+    return lookup(key, gcs)[1]
+
+
+def lookup(key: str, gcs: Any = None) -> tuple[bool, dict[str, Any] | None]:
+    """(whether `key` holds anything, its checked record or None): a record that is there but
+    cannot be read is (True, None), for its writer to delete."""
     raw = get_bytes(key, gcs)
-    if not raw:
-        return None
+    return (raw is not None), (_checked_one(key, raw) if raw else None)
+
+
+def _checked_one(key: str, raw: bytes) -> dict[str, Any] | None:
     kind, suffix = _kind_of(key)
     try:
         if kind is None:
@@ -124,8 +133,9 @@ def multi_get(keys: list[str], timeout: float = _TIMEOUT) -> dict[str, bytes]:
             for k, v in (found or {}).items() if v}
 
 
-def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
-    """The valid records among `keys`; malformed ones are skipped and counted."""
+def _checked(keys: list[bytes], prefix: str, malformed: list[str] | None = None) -> list[dict[str, Any]]:
+    """The valid records among `keys`; malformed ones are skipped and counted (and their keys
+    added to `malformed`, when given)."""
     if not keys:
         return []
     values = client().internal_kv_multi_get(keys, _NS, timeout=_TIMEOUT)
@@ -144,16 +154,19 @@ def _checked(keys: list[bytes], prefix: str) -> list[dict[str, Any]]:
             out.append(value)
         except validate.Malformed as exc:
             _note_malformed(kind or "other", name, bytes(raw), exc)
+            if malformed is not None:
+                malformed.append(name)
     return out
 
 
-def list_prefix(prefix: str) -> list[dict[str, Any]]:
-    """Every valid record under `prefix` (SESSION, AGENT, EVENT: checked by their schema)."""
-    return _checked(_keys(prefix), prefix)
+def list_prefix(prefix: str, malformed: list[str] | None = None) -> list[dict[str, Any]]:
+    """Every valid record under `prefix` (SESSION, AGENT, EVENT: checked by their schema);
+    the keys of those that cannot be read are added to `malformed`, when given."""
+    return _checked(_keys(prefix), prefix, malformed)
 
 
-def sessions() -> list[dict[str, Any]]:
-    recs = list_prefix(SESSION)
+def sessions(malformed: list[str] | None = None) -> list[dict[str, Any]]:
+    recs = list_prefix(SESSION, malformed)
     recs.sort(key=lambda r: r["since"], reverse=True)
     return recs
 
@@ -171,7 +184,7 @@ def record_event(kind: str, message: str, node_id: str = "", **details: Any) -> 
         "ts": now,
         "kind": kind,
         "node_id": node_id,
-        "message": message,
+        "message": validate.cap_text(message, validate.MAX_LONG_TEXT),
         "details": details,
     }
     put(f"{EVENT}{int(now * 1000):015d}-{event['id']}", event)

@@ -1,6 +1,8 @@
-"""Removes session records whose worker died (a killed paused worker never cleans up itself).
+"""Removes session records whose worker died (a killed paused worker never cleans up itself); runs in every node agent.
 
-On the gateway it also removes the records of dead nodes: their sessions and their agent.
+On the gateway it also removes the records of dead nodes (their sessions and their agent)
+and session records nobody can read (malformed or over the size cap: no reader lists them,
+so no `raydbg continue` would ever remove them, and a snapshot's locals would stay for ever).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 import psutil
 
-from raydbg import registry
+from raydbg import registry, validate
 
 log = logging.getLogger("raydbg.agent")
 
@@ -43,7 +45,11 @@ def dead_agents(agents: list[dict[str, Any]], alive_nodes: set[str], now: float)
 def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
     """Remove this node's dead sessions; one record that fails never stops the others."""
     removed = 0
-    for rec in dead_sessions(registry.sessions(), node_id, alive_nodes):
+    unreadable: list[str] = []
+    records = registry.sessions(malformed=unreadable if alive_nodes is not None else None)
+    for key in unreadable:
+        removed += _collect_unreadable(key)
+    for rec in dead_sessions(records, node_id, alive_nodes):
         here = rec["node_id"] == node_id
         why = f"worker {rec['pid']} is gone" if here else f"node {rec['node_id']} is dead"
         try:
@@ -58,6 +64,18 @@ def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
     if alive_nodes is not None:
         collect_agents(alive_nodes)
     return removed
+
+
+def _collect_unreadable(key: str) -> int:
+    try:
+        registry.delete(key)
+        shown = validate.escape(key, 160)  # any bytes can sit in a key
+        registry.record_event("session.collected", f"session record {shown} removed: it cannot be read",
+                              key=shown)
+        return 1
+    except Exception:
+        log.exception("raydbg agent: could not remove unreadable record %s", key)
+        return 0
 
 
 def collect_agents(alive_nodes: set[str]) -> None:

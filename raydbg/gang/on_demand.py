@@ -7,7 +7,8 @@ stops at its next line in a frame of user code, where it becomes an ordinary ses
 A thread still in C after GRACE_S (0.25 s: a collective wait, a sleep, a lock) is listed at once
 as a snapshot (its frames with their locals) and becomes the session, under the same id,
 when it returns to Python. A `raydbg continue` of the snapshot disarms it and removes the
-record; so does RAYDBG_WAIT_TIMEOUT, as a session nobody attached to ends.
+record; so does RAYDBG_WAIT_TIMEOUT, as a session nobody attached to ends, and so does a
+snapshot record that cannot be read back (it would be listed by nobody and stay for ever).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ class _Pending:
             listed = self.snapshot
         with _lock:
             _armed.pop(threading.get_ident(), None)
-        if listed is not None and registry.get(registry.SESSION + listed.id) is None:
+        if listed is not None and not registry.lookup(registry.SESSION + listed.id)[0]:
             return  # the snapshot was continued (and withdrawn) before the thread came back
         session.pause(frame, REASON, session_id=listed.id if listed else None)
 
@@ -115,15 +116,20 @@ def _watch(pending: _Pending, armed: thread_trace.Armed) -> None:
     resume_key = resume.session_key(listed.id)
     while not armed.fired.wait(resume.poll_s()):
         try:
-            still_listed = registry.get(registry.SESSION + listed.id) is not None
+            still_listed, readable = registry.lookup(registry.SESSION + listed.id)
             continued = registry.get_bytes(resume_key) is not None
         except Exception:
             continue  # GCS busy: ask again next round
         expired = deadline is not None and time.monotonic() >= deadline
-        if still_listed and not continued and not expired:
+        if still_listed and readable is None:
+            # Nobody can list or continue a record they cannot read: end the pause, leave nothing.
+            log.warning("raydbg: pause: snapshot %s cannot be read back; removed, thread %s runs on",
+                        listed.id, pending.thread.name)
+        elif still_listed and not continued and not expired:
             continue
         # Continued (or nobody came in time) while the thread is still in C: it runs on.
-        armed.disarm()
+        if not armed.disarm():
+            return  # it came back to Python meanwhile: its session owns the record now
         with _lock:
             _armed.pop(armed.ident, None)
         if still_listed:

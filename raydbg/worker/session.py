@@ -11,7 +11,7 @@ from types import FrameType
 
 from raydbg import config, ray_context, registry
 from raydbg.records import SessionRecord, new_session_id
-from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, cap_text
+from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, MAX_TEXT, cap_text
 from raydbg.worker import debugger, listeners, resume, snapshot, train
 
 log = logging.getLogger("raydbg.worker")
@@ -70,18 +70,19 @@ def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | Non
         pid=os.getpid(),
         thread_id=thread.ident or 0,
         thread_name=cap_text(thread.name, 256),
-        file=os.path.abspath(frame.f_code.co_filename),
+        # Capped as the readers check them: a record they refuse would lose the pause.
+        file=cap_text(os.path.abspath(frame.f_code.co_filename), MAX_TEXT, "tail"),
         line=frame.f_lineno,
-        function=frame.f_code.co_name,
+        function=cap_text(frame.f_code.co_name, MAX_TEXT),
         reason=reason,
         exception=exception,
-        cwd=ray_context.cwd(),
+        cwd=cap_text(ray_context.cwd(), MAX_TEXT, "tail"),
         **ray_context.ray_context(),
     )
 
 
 def _publish(rec: SessionRecord) -> None:
-    registry.put(registry.SESSION + rec.id, rec.to_json())
+    registry.put(registry.SESSION + rec.id, rec.to_dict())  # a dict: cut to the readers' cap
 
 
 def publish_snapshot(thread: threading.Thread, top: FrameType, reason: str) -> SessionRecord:

@@ -108,12 +108,14 @@ class Armed:
         # (From another thread the thread's own trace function stays until its next event,
         # where _trace sees _done and removes itself.)
 
-    def disarm(self) -> None:
+    def disarm(self) -> bool:
+        """False when it had fired (or was disarmed) already."""
         with self._lock:
             if self._done:
-                return
+                return False
             self._done = True
         self._off()
+        return True
 
 
 def arm(ident: int, wanted: Callable[[FrameType], bool], fire: Callable[[FrameType], None]) -> Armed | None:
