@@ -20,7 +20,7 @@ from raydbg import record_fit, registry, validate
 from raydbg.agent import collector
 from raydbg.gang import classes, hang, on_demand
 from raydbg.records import SessionRecord
-from raydbg.worker import resume
+from raydbg.worker import resume, session
 
 CAP = validate.MAX_RECORD_BYTES
 
@@ -180,3 +180,12 @@ def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictK
     assert registry.get(registry.SESSION + good.id) is not None  # a live worker's record stays
     gone = sorted(e["details"]["key"] for e in registry.events() if e["kind"] == "session.collected")
     assert gone == ["session/no-pid", "session/not-json", "session/over-cap"]
+
+
+def test_a_session_of_code_with_a_path_longer_than_the_readers_allow_is_still_read(kv: DictKv) -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile("import sys\nframe = sys._getframe()", "/job/" + "d" * 5000 + ".py", "exec"), namespace)
+    rec = session.build_record(namespace["frame"], "breakpoint", None)
+    registry.put(registry.SESSION + rec.id, rec.to_dict())
+    back = registry.get(registry.SESSION + rec.id)
+    assert back is not None and back["file"].endswith("d.py") and len(back["file"]) <= validate.MAX_TEXT
