@@ -14,7 +14,7 @@ import json
 import math
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 MAX_RECORD_BYTES = 1024 * 1024
 MAX_TEXT = 4096  # names, paths, ids
@@ -36,12 +36,20 @@ def _no_constants(name: str) -> Any:
     raise Malformed(f"non-finite number {name}")
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise Malformed(f"non-finite number {text[:32]}")
+    return value
+
+
 def parse(raw: bytes) -> Any:
-    """JSON, strictly: size-capped, no NaN/Infinity (aiohttp would re-emit them as invalid JSON)."""
+    """JSON, strictly: size-capped, no NaN/Infinity (aiohttp would re-emit them as invalid JSON),
+    nesting as deep as the interpreter's recursion limit allows (deeper: Malformed)."""
     if len(raw) > MAX_RECORD_BYTES:
         raise Malformed(f"record of {len(raw)} bytes is over {MAX_RECORD_BYTES}")
     try:
-        return json.loads(raw, parse_constant=_no_constants)
+        return json.loads(raw, parse_constant=_no_constants, parse_float=_finite)
     except Malformed:
         raise
     except (ValueError, RecursionError) as exc:
@@ -140,7 +148,13 @@ def list_of_objects(v: Any) -> list[Any]:
     return v
 
 
-_PID = integer(1, 2**31 - 1)
+MAX_PID = 2**31 - 1
+_PID = integer(1, MAX_PID)
+
+
+def is_pid(value: Any) -> TypeGuard[int]:
+    """An int (not a bool) that can be a process id: 1 to MAX_PID."""
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PID
 _RANK = optional(integer(0, 2**31 - 1))
 _OPT_TEXT = optional(text())
 _OPT_ID = optional(ident)

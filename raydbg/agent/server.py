@@ -6,6 +6,7 @@ agent host lists the features: raydbg/agent_host/actor.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -37,6 +38,22 @@ ACTIVE = telemetry.up_down_counter("raydbg.relay.active", "{connection}", "Open 
 
 def public(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in rec.items() if k not in PRIVATE_FIELDS}
+
+
+def bad_request(message: str) -> web.HTTPBadRequest:
+    """A 400 whose JSON body says in one line what was wrong (raise it from a handler)."""
+    return web.HTTPBadRequest(text=json.dumps({"error": validate.escape(message, 300)}),
+                              content_type="application/json")
+
+
+async def json_body(request: web.Request, shape: str) -> Any:
+    """The request's JSON body, parsed as records are (validate.parse: at most 1 MiB, no NaN or
+    infinite numbers, bounded nesting): every JSON route reads its body here, and anything
+    else is answered with a one-line 400 (raised) naming the `shape` to send, never a 500."""
+    try:
+        return validate.parse(await request.read())
+    except validate.Malformed as exc:
+        raise bad_request(f"send {shape} as JSON ({exc})") from None
 
 
 class Feature(Protocol):

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from raydbg import validate
-from raydbg.agent.server import AgentServer
+from raydbg.agent.server import AgentServer, json_body
 from raydbg.breakpoints import model, store
 
 MAX_PUT = 1000
@@ -23,13 +23,6 @@ MAX_PUT = 1000
 
 def _error(message: str, status: int = 400) -> web.Response:
     return web.json_response({"error": message}, status=status)
-
-
-async def _json(request: web.Request) -> Any:
-    try:
-        return await request.json()
-    except ValueError:
-        raise model.BadBreakpoint("the body must be JSON") from None
 
 
 def _job(request: web.Request) -> str | None:
@@ -59,7 +52,7 @@ def register(agent: AgentServer, app: web.Application) -> None:
 
     async def add(request: web.Request) -> web.Response:
         try:
-            body = await _json(request)
+            body = await json_body(request, 'a breakpoint {"file": PATH, "line": N, ...}')
             bp = model.checked(body, owner=body.get("owner") if isinstance(body, dict) else None,
                                job=body.get("job") if isinstance(body, dict) else None)
         except model.BadBreakpoint as exc:
@@ -79,7 +72,7 @@ def register(agent: AgentServer, app: web.Application) -> None:
             if owner is None:
                 raise model.BadBreakpoint("PUT needs ?owner=NAME (whose breakpoints it replaces)")
             job = _job(request)
-            body = await _json(request)
+            body = await json_body(request, '{"breakpoints": [...]}')
             items = body.get("breakpoints") if isinstance(body, dict) else None
             if not isinstance(items, list) or len(items) > MAX_PUT:
                 raise model.BadBreakpoint(f'the body must be {{"breakpoints": [...]}} with at most {MAX_PUT}')

@@ -29,6 +29,9 @@ NODE_TIMEOUT_S = 10.0  # the worker's answer: its first pause loads debugpy's tr
 POLL_S = 0.05
 
 
+BODY = '{"target": "RUN:RANK" | "PID" | "NODE:PID" | "CLASS_ID"}'
+
+
 class PauseRefused(Exception):
     """Why a pause cannot be done, in one line, with the HTTP status to answer."""
 
@@ -97,12 +100,12 @@ async def _listed(worker: pause_target.Worker, since: float, wait_s: float) -> d
 async def pause(body: Any, *, token: str, node_id: str) -> dict[str, Any]:
     """The gateway's pause: find the worker, ask its node, wait for the session."""
     if not isinstance(body, dict) or not isinstance(body.get("target"), str):
-        raise PauseRefused(400, 'send {"target": "RUN:RANK" | "PID" | "NODE:PID" | "CLASS_ID"}')
+        raise PauseRefused(400, f"send {BODY}")
     try:
         target = pause_target.parse(body["target"])
         wait_s = min(MAX_WAIT_S, max(0.0, float(body.get("wait_s", DEFAULT_WAIT_S))))
-    except (pause_target.BadTarget, TypeError, ValueError) as exc:
-        raise PauseRefused(400, str(exc)) from None
+    except (pause_target.BadTarget, TypeError, ValueError, OverflowError) as exc:
+        raise PauseRefused(400, str(exc) or "wait_s must be a number of seconds") from None
     job = body.get("job") if isinstance(body.get("job"), str) else None
     started = time.time()
     try:

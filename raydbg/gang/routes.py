@@ -24,7 +24,7 @@ from typing import Any
 from aiohttp import web
 
 from raydbg import _ray_internals, progress_records, registry, validate
-from raydbg.agent.server import AgentServer
+from raydbg.agent.server import AgentServer, bad_request, json_body
 from raydbg.gang import collect, hang_service, node, pause, pause_service, stragglers
 from raydbg.telemetry import attempts
 from raydbg.worker import resume
@@ -50,10 +50,13 @@ def _pids(text: str | None) -> set[int] | None:
         raise BadRequest("pids must be comma-separated integers") from None
 
 
+BULK_BODY = '{"job": ID} or {"all": true}'
+
+
 def bulk_scope(body: Any) -> str | None:
     """The job a bulk continue names (None: every job); BadRequest for any other body."""
     if not isinstance(body, dict) or ("job" in body) == bool(body.get("all")):
-        raise BadRequest('send {"job": ID} or {"all": true}')
+        raise BadRequest(f"send {BULK_BODY}")
     if body.get("all"):
         if body["all"] is not True:
             raise BadRequest('"all" must be true')
@@ -117,11 +120,10 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
 
 def pause_routes(agent: AgentServer) -> list[web.RouteDef]:
     async def node_pause(request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-            pid = int(body["pid"])
-        except (ValueError, TypeError, KeyError):
-            return web.json_response({"error": 'send {"pid": N}'}, status=400)
+        body = await json_body(request, '{"pid": N}')
+        pid = body.get("pid") if isinstance(body, dict) else None
+        if not validate.is_pid(pid):
+            raise bad_request(f'send {{"pid": N}}, N a process id (an integer from 1 to {validate.MAX_PID})')
         try:
             answer = await pause_service.pause_local(pid)
         except pause_service.PauseRefused as exc:
@@ -129,10 +131,7 @@ def pause_routes(agent: AgentServer) -> list[web.RouteDef]:
         return web.json_response({"node_id": agent.node_id, "pid": pid, **answer})
 
     async def cluster_pause(request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except ValueError:
-            body = None
+        body = await json_body(request, pause_service.BODY)
         try:
             answer = await pause_service.pause(body, token=agent.token, node_id=agent.node_id)
         except pause_service.PauseRefused as exc:
@@ -165,10 +164,9 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
 
     async def continue_many(request: web.Request) -> web.Response:
         try:
-            job = bulk_scope(await request.json())
-        except ValueError as exc:  # BadRequest, or a body that is not JSON
-            text = str(exc) if isinstance(exc, BadRequest) else 'send {"job": ID} or {"all": true}'
-            return web.json_response({"error": text}, status=400)
+            job = bulk_scope(await json_body(request, BULK_BODY))
+        except BadRequest as exc:
+            raise bad_request(str(exc)) from None
         sessions = await asyncio.to_thread(registry.sessions)
         ids, gids = bulk_targets(sessions, job)
         if not ids:
