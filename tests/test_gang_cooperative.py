@@ -138,6 +138,47 @@ def test_never_signals_a_process_without_our_handler(tmp_path: Path, monkeypatch
         plain.wait()
 
 
+CATCHER = textwrap.dedent(
+    """
+    import signal, sys
+    got = []
+    signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    print(len(got), flush=True)
+    """
+)
+
+
+def test_a_process_whose_start_time_differs_from_the_one_asked_for_is_never_signalled() -> None:
+    # Its pid as a reused one would look: alive, catching SIGUSR2, but not started when asked.
+    proc = subprocess.Popen([sys.executable, "-c", CATCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdin is not None
+        assert proc.stdout.readline().strip() == "ready"
+        ticks = cooperative.start_ticks(proc.pid)
+        assert not cooperative.signal_if_same(proc.pid, str(int(ticks) - 1))
+        assert not cooperative.signal_if_same(proc.pid, str(int(ticks) + 1))
+        assert cooperative.signal_if_same(proc.pid, ticks)  # the process asked for: signalled once
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "1"
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not cooperative.signal_if_same(proc.pid, ticks)  # gone (reaped): nothing to signal
+
+
+def test_a_process_that_does_not_catch_the_signal_is_never_sent_it() -> None:
+    plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not cooperative.signal_if_same(plain.pid, cooperative.start_ticks(plain.pid))
+        assert plain.poll() is None  # SIGUSR2's default action would have killed it
+    finally:
+        plain.kill()
+        plain.wait()
+
+
 @pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv")
 def test_pyspy_denied_falls_back_to_the_handler(child: subprocess.Popen[str], tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:

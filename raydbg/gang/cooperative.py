@@ -23,7 +23,9 @@ in its own process only) triggers two writers:
      thread reaches Python bytecode, which in a Ray worker can be much later or never.
 Agent side (`request`): truncate, signal, take the JSON if it comes within a short grace,
 else the faulthandler text. A process is signalled only if it has our file for its own
-start time *and* catches SIGUSR2 (/proc/PID/status SigCgt): the default action kills.
+start time *and* catches SIGUSR2 (/proc/PID/status SigCgt): the default action kills. The
+signal goes through a pidfd opened before the last check (`signal_if_same`), so a worker
+that exits meanwhile and whose pid goes to another process never has that process signalled.
 """
 
 from __future__ import annotations
@@ -70,8 +72,8 @@ def start_ticks(pid: int) -> str:
     return text.rsplit(")", 1)[1].split()[19]
 
 
-def _paths(pid: int, base: Path | None = None) -> tuple[Path, Path]:
-    stem = (base or stacks_dir()) / f"{pid}-{start_ticks(pid)}"
+def _paths(pid: int, base: Path | None = None, ticks: str | None = None) -> tuple[Path, Path]:
+    stem = (base or stacks_dir()) / f"{pid}-{ticks or start_ticks(pid)}"
     return stem.with_suffix(".txt"), stem.with_suffix(".json")
 
 
@@ -234,6 +236,31 @@ def available(pid: int, base: Path | None = None) -> bool:
         return False
 
 
+def signal_if_same(pid: int, ticks: str, signum: int = SIGNUM) -> bool:
+    """Send `signum` to `pid` only while it is the process started at `ticks` and catches the
+    signal, through a pidfd (raydbg/pidfd.py): a pid reused since is never signalled.
+    False, and nothing sent, otherwise (or where the system has no pidfd)."""
+    from raydbg.pidfd import open_pidfd
+
+    try:
+        fd = open_pidfd(pid)
+    except ProcessLookupError:
+        return False
+    if fd is None:
+        return False  # by pid alone the signal could reach the next owner of the number
+    try:
+        # Checked with the pidfd open: if the pid still names the process started at `ticks`,
+        # the pidfd names it too (a pid is not reused while its process lives).
+        if start_ticks(pid) != ticks or not catches_signal(pid, signum):
+            return False
+        signal.pidfd_send_signal(fd, signum)  # ESRCH if it exited since: nobody else
+        return True
+    except OSError:  # gone meanwhile (ESRCH, its /proc entry vanished)
+        return False
+    finally:
+        os.close(fd)
+
+
 def listening(pid: int, base: Path | None = None) -> bool:
     """Worker `pid` has made its stacks FIFO (whether its thread still reads it, `ask` finds out)."""
     try:
@@ -311,15 +338,21 @@ async def request(pid: int, timeout: float = 3.0, grace: float = 0.25,
     """
     from raydbg.gang.pyspy import StackError
 
-    if not available(pid, base):
+    try:
+        ticks = start_ticks(pid)  # the process asked for: its file, and the one signalled
+        text, final = _paths(pid, base, ticks)
+        handled = text.exists() and catches_signal(pid)
+    except OSError:
+        handled = False
+    if not handled:
         raise StackError(f"pid {pid} has no raydbg stack handler (not a raydbg-activated worker?)")
-    text, final = _paths(pid, base)
     os.truncate(text, 0)
     try:
         os.unlink(final)
     except FileNotFoundError:
         pass
-    os.kill(pid, SIGNUM)
+    if not signal_if_same(pid, ticks):
+        raise StackError(f"pid {pid} exited or stopped catching the stack signal: not signalled")
     start = time.monotonic()
     stable_since: float | None = None
     size = -1

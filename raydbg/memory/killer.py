@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from raydbg.memory.process_memory import ProcMem, parse_stat
+from raydbg.pidfd import open_pidfd
 
 
 class KillRefused(OSError):
@@ -90,18 +91,6 @@ def find_raylet(node_id: str, prefer: int = 0, proc: Path = Path("/proc")) -> in
     return None
 
 
-def _pidfd_open(pid: int) -> int | None:
-    opener = getattr(os, "pidfd_open", None)
-    if opener is None:  # pragma: no cover - Linux < 5.3 / non-Linux
-        return None
-    try:
-        return int(opener(pid))
-    except ProcessLookupError:
-        raise
-    except OSError:  # pragma: no cover - seccomp or an old kernel: fall back to pid+start
-        return None
-
-
 @dataclass
 class Killer:
     """Signals a worker of `raylet` (pid plus start ticks) if it is still the chosen one.
@@ -160,7 +149,7 @@ class Killer:
     ) -> None:
         """Check, then signal through a pidfd. `before`: a callable run after the check and
         before the signal (e.g. a line in the worker's log)."""
-        fd = _pidfd_open(pid)
+        fd = open_pidfd(pid)
         try:
             # Checked after the pidfd is open: if /proc still shows the snapshot's process
             # now, the pidfd names it (a pid is not reused while its process lives).
