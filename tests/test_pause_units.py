@@ -3,8 +3,14 @@ Python: the trace differs by version), safe reprs of a blocked thread's locals, 
 
 from __future__ import annotations
 
+import asyncio
+import glob
+import os
+import subprocess
+import textwrap
 import threading
 import time
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
@@ -154,3 +160,79 @@ def test_a_class_stands_for_its_first_member() -> None:
     assert pause_target.from_stacks(Target("class", class_id="0123456789"), report) == Worker("n1", 11, "r", 1)
     assert pause_target.from_stacks(Target("class", class_id="9999999999"), report) is None
     assert "class ids change" in pause_target.not_found(Target("class", class_id="9999999999"))
+
+
+# --- 3.12+: every sys.monitoring tool id a pause may take is held by another tool --------
+PY312 = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.12.*/bin/python3.12")))
+REPO = str(Path(__file__).resolve().parents[1])
+
+HELD_IDS_WORKER = textwrap.dedent(
+    """
+    import sys, threading, time
+    sys.path.insert(0, {repo!r})
+    held = {held!r}
+    for tool in held:
+        sys.monitoring.use_tool_id(tool, f"tool-{{tool}}")
+    from raydbg.gang import classes, cooperative
+    from raydbg.worker import thread_trace
+
+    def work():  # user code, running: the thread a pause picks
+        while True:
+            time.sleep(0.001)
+
+    threading.Thread(target=work, name=classes.TRAIN_THREAD_PREFIX + "work)", daemon=True).start()
+    time.sleep(0.05)
+    cooperative.listen()
+    print("ready", flush=True)
+    sys.stdin.readline()
+    """
+)
+
+
+@pytest.mark.skipif(not PY312, reason="needs a python3.12 (~/.pyenv/versions/3.12.*)")
+@pytest.mark.parametrize(("held", "why"), [
+    (list(range(6)), "(all 6 in use: 0 by 'tool-0', 1 by 'tool-1', 2 by 'tool-2', 3 by 'tool-3', 4 by 'tool-4', "
+                     "5 by 'tool-5')"),
+    ([2, 5], "(2 and 5, the ones a pause may take, in use: 2 by 'tool-2', 5 by 'tool-5')"),
+])
+def test_a_worker_with_no_free_monitoring_tool_id_answers_a_pause_at_once_saying_why(
+        held: list[int], why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.gang import pause_service
+
+    monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
+    script = tmp_path / "held_ids_worker.py"
+    script.write_text(HELD_IDS_WORKER.format(repo=REPO, held=held))
+    proc = subprocess.Popen([PY312[-1], str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "RAYDBG_STACKS_DIR": str(tmp_path), "PYTHONPATH": REPO})
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        started = time.monotonic()
+        with pytest.raises(pause_service.PauseRefused) as refused:
+            asyncio.run(pause_service.pause_local(proc.pid))
+        took = time.monotonic() - started
+        assert str(refused.value) == f"pid {proc.pid}: no free sys.monitoring tool id {why}: cannot pause this worker"
+        assert refused.value.status == 409 and took < 3.0, took  # not the 10 s the agent waits at most
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.skipif(not PY312, reason="needs a python3.12 (~/.pyenv/versions/3.12.*)")
+def test_a_free_pause_tool_id_is_taken_and_given_back() -> None:
+    code = textwrap.dedent(
+        f"""
+        import sys, threading, time
+        sys.path.insert(0, {REPO!r})
+        from raydbg.worker import thread_trace
+        for tool in (0, 1, 2, 3, 4):
+            sys.monitoring.use_tool_id(tool, f"tool-{{tool}}")
+        go = threading.Event()
+        t = threading.Thread(target=lambda: go.wait(10), daemon=True)
+        t.start()
+        time.sleep(0.05)
+        armed = thread_trace.arm(t.ident, lambda f: True, lambda f: None)
+        print(sys.monitoring.get_tool(5), armed.disarm(), sys.monitoring.get_tool(5))
+        """
+    )
+    out = subprocess.run([PY312[-1], "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == [thread_trace.PAUSE_TOOL_NAME, "True", "None"], out.stderr

@@ -89,7 +89,10 @@ def request() -> dict[str, Any]:
         if ident in _armed:
             return {"thread": thread.name, "pending": True}
         pending = _Pending(thread)
-        armed = thread_trace.arm(ident, _user_code, pending.fire)
+        try:
+            armed = thread_trace.arm(ident, _user_code, pending.fire)
+        except thread_trace.NoToolId as exc:  # answered at once: the CLI prints why
+            return {"error": str(exc)}
         if armed is None:
             return {"error": f"thread {thread.name} has ended"}
         _armed[ident] = armed

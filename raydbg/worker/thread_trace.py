@@ -10,7 +10,8 @@ Python 3.10/3.11: a trace function set on that thread through pydevd's helper (C
 no call for another thread's trace) and on its running frames (`f_trace`: a thread's trace
 function sees line events only in frames that carry one). 3.12+: a sys.monitoring tool id
 of its own (PAUSE_TOOL_IDS: not the ids armed breakpoints use, whose DISABLEd locations a
-new tool on the same id would inherit); nothing is ever DISABLEd.
+new tool on the same id would inherit); nothing is ever DISABLEd. When other tools hold
+both, `arm` raises NoToolId at once, saying who holds what (the worker answers with it).
 """
 
 from __future__ import annotations
@@ -23,6 +24,18 @@ from typing import Any
 
 PAUSE_TOOL_NAME = "raydbg-pause"
 PAUSE_TOOL_IDS = (2, 5)  # the profiler's and the optimizer's by convention; taken only while armed
+TOOL_IDS = range(6)  # sys.monitoring's
+
+
+class NoToolId(RuntimeError):
+    """The sys.monitoring tool ids a pause may take are all in use; the message says by whom."""
+
+
+def _no_tool_id(mon: Any) -> NoToolId:
+    users = [f"{t} by {str(name)[:40]!r}" for t in TOOL_IDS if (name := mon.get_tool(t)) is not None]
+    ids = " and ".join(str(t) for t in PAUSE_TOOL_IDS)
+    held = "all 6 in use" if len(users) == len(TOOL_IDS) else f"{ids}, the ones a pause may take, in use"
+    return NoToolId(f"no free sys.monitoring tool id ({held}: {', '.join(users)}): cannot pause this worker")
 
 
 class Armed:
@@ -73,7 +86,7 @@ class Armed:
             mon = sys.monitoring  # type: ignore[attr-defined,unused-ignore]
             tool = next((t for t in PAUSE_TOOL_IDS if mon.get_tool(t) is None), None)
             if tool is None:
-                raise RuntimeError(f"no free sys.monitoring tool id among {PAUSE_TOOL_IDS}")
+                raise _no_tool_id(mon)
             mon.use_tool_id(tool, PAUSE_TOOL_NAME)
             mon.register_callback(tool, mon.events.LINE, self._on_line)
             mon.set_events(tool, mon.events.LINE)
@@ -119,7 +132,8 @@ class Armed:
 
 
 def arm(ident: int, wanted: Callable[[FrameType], bool], fire: Callable[[FrameType], None]) -> Armed | None:
-    """Arm thread `ident` (see the module docstring); None when it has no Python frame."""
+    """Arm thread `ident` (see the module docstring); None when it has no Python frame;
+    NoToolId (3.12+) when other tools hold the sys.monitoring ids a pause may take."""
     armed = Armed(ident, wanted, fire)
     return armed if armed._on() else None
 
