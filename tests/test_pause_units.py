@@ -194,7 +194,7 @@ HELD_IDS_WORKER = textwrap.dedent(
     (list(range(6)), "(all 6 in use: 0 by 'tool-0', 1 by 'tool-1', 2 by 'tool-2', 3 by 'tool-3', 4 by 'tool-4', "
                      "5 by 'tool-5')"),
     ([2, 5], "(2 and 5, the ones a pause may take, in use: 2 by 'tool-2', 5 by 'tool-5')"),
-])
+], ids=["all-six-held", "two-and-five-held"])
 def test_a_worker_with_no_free_monitoring_tool_id_answers_a_pause_at_once_saying_why(
         held: list[int], why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from raydbg.gang import pause_service
