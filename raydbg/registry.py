@@ -102,8 +102,9 @@ def _checked_one(key: str, raw: bytes) -> dict[str, Any] | None:
         return None
 
 
-def delete(key: str) -> None:
-    client().internal_kv_del(key.encode(), False, _NS, timeout=_TIMEOUT)
+def delete(key: str | bytes) -> None:
+    """Remove `key` (bytes: as a listing gave it, whatever it holds)."""
+    client().internal_kv_del(key if isinstance(key, bytes) else key.encode(), False, _NS, timeout=_TIMEOUT)
 
 
 def _kind_of(key: str) -> tuple[str | None, str | None]:
@@ -132,7 +133,7 @@ def multi_get(keys: list[str], timeout: float = _TIMEOUT) -> dict[str, bytes]:
             for k, v in (found or {}).items() if v}
 
 
-def _checked(keys: list[bytes], prefix: str, malformed: list[str] | None = None) -> list[dict[str, Any]]:
+def _checked(keys: list[bytes], prefix: str, malformed: list[bytes] | None = None) -> list[dict[str, Any]]:
     """The valid records among `keys`; malformed ones are skipped and counted (and their keys
     added to `malformed`, when given)."""
     if not keys:
@@ -154,17 +155,17 @@ def _checked(keys: list[bytes], prefix: str, malformed: list[str] | None = None)
         except validate.Malformed as exc:
             _note_malformed(kind or "other", name, bytes(raw), exc)
             if malformed is not None:
-                malformed.append(name)
+                malformed.append(key)
     return out
 
 
-def list_prefix(prefix: str, malformed: list[str] | None = None) -> list[dict[str, Any]]:
+def list_prefix(prefix: str, malformed: list[bytes] | None = None) -> list[dict[str, Any]]:
     """Every valid record under `prefix` (SESSION, AGENT, EVENT: checked by their schema);
     the keys of those that cannot be read are added to `malformed`, when given."""
     return _checked(_keys(prefix), prefix, malformed)
 
 
-def sessions(malformed: list[str] | None = None) -> list[dict[str, Any]]:
+def sessions(malformed: list[bytes] | None = None) -> list[dict[str, Any]]:
     recs = list_prefix(SESSION, malformed)
     recs.sort(key=lambda r: r["since"], reverse=True)
     return recs

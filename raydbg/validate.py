@@ -113,6 +113,15 @@ def optional(inner: Check) -> Check:
     return check
 
 
+def is_pid(value: Any) -> TypeGuard[int]:
+    """An int (not a bool) that can be a process id: 1 to MAX_PID (checked as records' pids are)."""
+    try:
+        _PID(value)
+    except Malformed:
+        return False
+    return True
+
+
 def ip_address(v: Any) -> str:
     try:
         ipaddress.ip_address(text(64)(v))
@@ -150,11 +159,6 @@ def list_of_objects(v: Any) -> list[Any]:
 
 MAX_PID = 2**31 - 1
 _PID = integer(1, MAX_PID)
-
-
-def is_pid(value: Any) -> TypeGuard[int]:
-    """An int (not a bool) that can be a process id: 1 to MAX_PID."""
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_PID
 _RANK = optional(integer(0, 2**31 - 1))
 _OPT_TEXT = optional(text())
 _OPT_ID = optional(ident)

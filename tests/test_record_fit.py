@@ -171,7 +171,8 @@ def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictK
     good.node_id, good.pid = "n1", os.getpid()  # a live worker
     registry.put(registry.SESSION + good.id, good.to_dict())
     bad = {b"session/over-cap": b'{"id": "over-cap", "pad": "' + b"x" * CAP + b'"}',
-           b"session/not-json": b"\xff\xfe", b"session/no-pid": b'{"id": "no-pid"}'}
+           b"session/not-json": b"\xff\xfe", b"session/no-pid": b'{"id": "no-pid"}',
+           b"session/\xff\n": b"{"}  # a key that is not UTF-8: removed as listed
     kv.data.update(bad)
     collector.collect("n1")  # a node agent (not the gateway) leaves them to the gateway
     assert all(k in kv.data for k in bad)
@@ -179,7 +180,7 @@ def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictK
     assert not any(k in kv.data for k in bad)
     assert registry.get(registry.SESSION + good.id) is not None  # a live worker's record stays
     gone = sorted(e["details"]["key"] for e in registry.events() if e["kind"] == "session.collected")
-    assert gone == ["session/no-pid", "session/not-json", "session/over-cap"]
+    assert gone == ["session/no-pid", "session/not-json", "session/over-cap", "session/\ufffd\\x0a"]
 
 
 def test_a_session_of_code_with_a_path_longer_than_the_readers_allow_is_still_read(kv: DictKv) -> None:

@@ -45,7 +45,7 @@ def dead_agents(agents: list[dict[str, Any]], alive_nodes: set[str], now: float)
 def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
     """Remove this node's dead sessions; one record that fails never stops the others."""
     removed = 0
-    unreadable: list[str] = []
+    unreadable: list[bytes] = []
     records = registry.sessions(malformed=unreadable if alive_nodes is not None else None)
     for key in unreadable:
         removed += _collect_unreadable(key)
@@ -66,15 +66,15 @@ def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
     return removed
 
 
-def _collect_unreadable(key: str) -> int:
+def _collect_unreadable(key: bytes) -> int:
+    shown = validate.escape(key.decode(errors="replace"), 160)  # any bytes can sit in a key
     try:
         registry.delete(key)
-        shown = validate.escape(key, 160)  # any bytes can sit in a key
         registry.record_event("session.collected", f"session record {shown} removed: it cannot be read",
                               key=shown)
         return 1
     except Exception:
-        log.exception("raydbg agent: could not remove unreadable record %s", key)
+        log.exception("raydbg agent: could not remove unreadable record %s", shown)
         return 0
 
 

@@ -103,9 +103,12 @@ async def pause(body: Any, *, token: str, node_id: str) -> dict[str, Any]:
         raise PauseRefused(400, f"send {BODY}")
     try:
         target = pause_target.parse(body["target"])
+    except pause_target.BadTarget as exc:
+        raise PauseRefused(400, str(exc)) from None
+    try:
         wait_s = min(MAX_WAIT_S, max(0.0, float(body.get("wait_s", DEFAULT_WAIT_S))))
-    except (pause_target.BadTarget, TypeError, ValueError, OverflowError) as exc:
-        raise PauseRefused(400, str(exc) or "wait_s must be a number of seconds") from None
+    except (TypeError, ValueError, OverflowError):  # a list, a text, 10**400
+        raise PauseRefused(400, f"wait_s must be a number of seconds (at most {MAX_WAIT_S:g} are waited)") from None
     job = body.get("job") if isinstance(body.get("job"), str) else None
     started = time.time()
     try:
