@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
