@@ -89,6 +89,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     import asyncio
     import time
 
+    from raydbg.private_dir import private_dir_problem
+
+    local_problem = private_dir_problem()
+    if local_problem:  # said first: discovery may fail because of it
+        print(f"this machine: {local_problem}", file=sys.stderr)
     gw = gateway_from_args(args)
     status = asyncio.run(gw.status())
     if args.json:
@@ -111,6 +116,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         mon = agent.get("memory_monitor") or {"state": "unknown (an older agent)"}
         why = f": {mon['reason']}" if mon.get("reason") else ""
         print(f"    memory monitor: {mon.get('state')}{why}")
+        if agent.get("private_dir"):
+            print(f"    cannot pause workers here: {agent['private_dir']}")
         if agent.get("metrics_url"):
             print(f"    metrics: {agent['metrics_url']} (bearer token: the same as for raydbg clients)")
     for line in versions.notes(status):  # versions that differ, what the cluster's Ray lacks

@@ -62,7 +62,10 @@ class ProcessIdentity:
         if not isinstance(rec, dict):
             return None
         pid, start, uid, boot = (rec.get(k) for k in ("pid", "start_time", "uid", "boot_id"))
-        if not all(type(v) is int for v in (pid, start, uid)) or not isinstance(boot, str) or not boot:
+        # exact ints: a bool is an int to isinstance
+        if type(pid) is not int or type(start) is not int or type(uid) is not int:
+            return None
+        if not isinstance(boot, str) or not boot:
             return None
         return cls(pid, start, uid, boot)
 
