@@ -63,10 +63,10 @@ def dap_attack(address: str | tuple[str, int], proof: str, timeout: float = 5.0)
                 s.connect(address)
             except PermissionError:
                 return "permission denied"
-            s.sendall(dap_requests(proof))
-            try:
+            try:  # refused at once, the door may be shut before or while we send
+                s.sendall(dap_requests(proof))
                 got = s.recv(65536)
-            except ConnectionResetError:
+            except (BrokenPipeError, ConnectionResetError):
                 return "closed"
             return "answered" if got else "closed"
     return attack
