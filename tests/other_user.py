@@ -53,14 +53,21 @@ def dap_requests(proof: str) -> bytes:
 
 
 def dap_attack(address: str | tuple[str, int], proof: str, timeout: float = 5.0) -> Callable[[], str]:
-    """A function for `as_other_user`: connect to `address` (a Unix path or (host, port)),
-    send DAP requests; "answered" if any byte comes back, "closed" if the door shut."""
+    """A function for `as_other_user`: connect to `address` (a Unix path or (host, port); a
+    wildcard host is dialled on loopback), send DAP requests. "DAP answered" if a DAP
+    response comes back, "answered, not DAP" for other bytes (an HTTP 400), "closed" if the
+    door shut, "no answer" if it kept silent."""
     def attack() -> str:
-        family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+        target: str | tuple[str, int] = address
+        family = socket.AF_UNIX
+        if not isinstance(address, str):
+            host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(address[0], address[0])
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            target = (host, address[1])
         with socket.socket(family, socket.SOCK_STREAM) as s:
             s.settimeout(timeout)
             try:
-                s.connect(address)
+                s.connect(target)
             except PermissionError:
                 return "permission denied"
             try:  # refused at once, the door may be shut before or while we send
@@ -68,5 +75,9 @@ def dap_attack(address: str | tuple[str, int], proof: str, timeout: float = 5.0)
                 got = s.recv(65536)
             except (BrokenPipeError, ConnectionResetError):
                 return "closed"
-            return "answered" if got else "closed"
+            except TimeoutError:
+                return "no answer"
+            if not got:
+                return "closed"
+            return "DAP answered" if b'"type"' in got and b"response" in got else "answered, not DAP"
     return attack
