@@ -23,7 +23,7 @@ function ownSocketInodes(): Set<string> {
 
 const rows = (file: string) => readFileSync(file, "utf8").trim().split("\n").slice(1).map((l) => l.trim().split(/\s+/));
 
-/** e.g. `tcp 0100007F:41234`, `unix /tmp/x.sock`: one line per listening socket of ours. */
+/** e.g. `tcp 0100007F:41234 (inode 812)`, `unix /tmp/x.sock (inode 813)`: one line per listening socket of ours. */
 export function listeningSockets(): string[] {
   const ours = ownSocketInodes();
   const out: string[] = [];
