@@ -54,10 +54,13 @@ async function checkPrivateDir(path: string, uid: number): Promise<void> {
   if (st.mode & 0o077) refuse(`${path} is open to others (mode ${(st.mode & 0o777).toString(8)})`);
 }
 
-/** The runtime dir's parent must not let others rename our dir: not writable by them, or sticky. */
-async function checkParent(path: string): Promise<void> {
+/** The runtime dir's parent must not let others rename our dir: sticky, or owned by us or
+ * root and writable by nobody else (raydbg/private_dir.py check_base). */
+async function checkParent(path: string, uid: number): Promise<void> {
   const st = await stat(path).catch(() => refuse(`${path} does not exist`));
-  if (st.mode & 0o022 && !(st.mode & 0o1000)) refuse(`${path} is writable by others without the sticky bit`);
+  if (st.mode & 0o1000) return;
+  if (st.mode & 0o022) refuse(`${path} is writable by others without the sticky bit`);
+  if (st.uid !== 0 && st.uid !== uid) refuse(`${path} belongs to uid ${st.uid}, who could rename our folder in it`);
 }
 
 /** The name of Ray's newest session, from its link (the target is never opened). */
@@ -119,7 +122,7 @@ export async function checkLocalGateway(opts: LocalGatewayOptions = {}): Promise
   try {
     const parent = opts.tmpdir ?? tmpdir();
     const runtime = runtimeDir(uid, parent);
-    await checkParent(parent);
+    await checkParent(parent, uid);
     await checkPrivateDir(runtime, uid);
     const name = await sessionName(opts.sessionLatest ?? "/tmp/ray/session_latest");
     await checkPrivateDir(join(runtime, "sessions"), uid);

@@ -183,6 +183,13 @@ test("refused: a gateway file that is a link, writable by others, too big, not J
   }
 });
 
+test("refused: a parent owned by another user, who could rename our folder in it", { skip: isRoot ? false : NOT_ROOT }, async () => {
+  const l = layout();
+  chmodSync(l.tmp, 0o755);
+  chownSync(l.tmp, 65534, 65534);
+  assert.match(await untrusted(l.opts), /belongs to uid 65534, who could rename our folder in it/);
+});
+
 test("refused: a dir or file of another user", { skip: isRoot ? false : NOT_ROOT }, async () => {
   for (const which of ["runtime", "sessions", "session", "file"] as const) {
     const l = layout();
