@@ -89,6 +89,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     import asyncio
     import time
 
+    from raydbg.private_dir import private_dir_problem
+
+    local_problem = private_dir_problem()
+    if local_problem:  # said first: discovery may fail because of it
+        print(f"this machine: {local_problem}", file=sys.stderr)
     gw = gateway_from_args(args)
     status = asyncio.run(gw.status())
     if args.json:
@@ -111,6 +116,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         mon = agent.get("memory_monitor") or {"state": "unknown (an older agent)"}
         why = f": {mon['reason']}" if mon.get("reason") else ""
         print(f"    memory monitor: {mon.get('state')}{why}")
+        if agent.get("private_dir"):
+            print(f"    cannot pause workers here: {agent['private_dir']}")
         if agent.get("metrics_url"):
             print(f"    metrics: {agent['metrics_url']} (bearer token: the same as for raydbg clients)")
     for line in versions.notes(status):  # versions that differ, what the cluster's Ray lacks
@@ -232,17 +239,23 @@ def cmd_events(args: argparse.Namespace) -> int:
 # --- forward ----------------------------------------------------------------------
 def cmd_forward(args: argparse.Namespace) -> int:
     import asyncio
+    from pathlib import Path
 
-    from raydbg.forward import Forwarder
+    from raydbg.forward import Forwarder, default_unix_path
     from raydbg.session_ids import resolve_session
 
     async def serve() -> None:
         gw = gateway_from_args(args)
         sid = await resolve_session(gw, args.session_id)  # any unique prefix of the id
-        fwd = Forwarder(gw, sid, args.port)
+        unix = None if args.unix is None else Path(args.unix) if args.unix else default_unix_path(sid)
+        fwd = Forwarder(gw, sid, args.port, unix_path=unix)
         port = await fwd.start()
-        print(f"raydbg forward: session {sid} on 127.0.0.1:{port} "
-              f"(DAP clients: connect to this port; Ctrl-C to stop)", flush=True)
+        if unix is not None:
+            print(f"raydbg forward: session {sid} on unix socket {unix} "
+                  f"(DAP clients of uid {os.getuid()}: connect to this socket; Ctrl-C to stop)", flush=True)
+        else:
+            print(f"raydbg forward: session {sid} on 127.0.0.1:{port} "
+                  f"(DAP clients of uid {os.getuid()}: connect to this port; Ctrl-C to stop)", flush=True)
         try:
             await asyncio.Event().wait()
         finally:
@@ -297,9 +310,13 @@ def _register_core(sub: Any) -> None:
     p.add_argument("--follow", action="store_true", help="keep printing new events")
     add_gateway_args(p)
     p.set_defaults(fn=cmd_events)
-    p = sub.add_parser("forward", help="a local port any DAP client can attach to")
+    p = sub.add_parser("forward", help="a local port (or unix socket) your DAP client attaches to")
     p.add_argument("session_id", help="session id or any unique prefix of it (see `raydbg list`)")
-    p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port)")
+    p.add_argument("--port", type=int, default=0, help="local port on 127.0.0.1 (default: any free port); "
+                   "connections from other users are refused")
+    p.add_argument("--unix", nargs="?", const="", metavar="PATH",
+                   help="listen on a unix socket instead (in a 0700 directory; default "
+                   "<tmp>/raydbg-<uid>/forward/<id>.sock) for clients that speak pipes")
     add_gateway_args(p, json_flag=False)
     p.set_defaults(fn=cmd_forward)
     p = sub.add_parser("prometheus", help="file_sd targets + scrape config for every agent's /metrics")

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from raydbg import auth, gateway_file
-from raydbg.private_dir import UnsafeDirError
+from raydbg.private_dir import UnsafeDirError, read_own_text, session_name
+from raydbg.proc_identity import ProcessIdentity
 
 if TYPE_CHECKING:
     import aiohttp
@@ -34,59 +35,61 @@ def _gateway_from_gcs(address: str) -> str | None:
     return info["address"] if info else None
 
 
+RAY_TMP = Path("/tmp/ray")
+
+
 def _local_gcs_address() -> str | None:
-    for path in (Path("/tmp/ray/ray_current_cluster"),):
-        try:
-            text = path.read_text().strip()
-        except OSError:
-            continue
-        if text:
-            return text.splitlines()[0]
-    return None
+    """The address in Ray's `ray_current_cluster` file, if the file is ours: /tmp/ray is
+    writable by every local user, who could put an address of theirs there."""
+    try:
+        text = read_own_text(RAY_TMP / "ray_current_cluster", limit=4096).strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text.splitlines()[0] if text else None
 
 
-LOCAL_SESSION = Path("/tmp/ray/session_latest")
+def _local_session() -> str | None:
+    """The name of the latest local Ray session (`/tmp/ray/session_latest` points at it).
+    Only the name is taken from /tmp/ray: it picks which of OUR session folders to read."""
+    try:
+        return session_name(os.readlink(RAY_TMP / "session_latest"))
+    except (OSError, ValueError):
+        return None
 
 
-def _local_gateway_file(session: Path, gcs_address: str | None = None) -> str | None:
-    """The head agent's gateway file, read only from our own private dir in the session
-    (with `gcs_address`: only if it belongs to the cluster at that address)."""
-    return _alive_gateway(lambda: gateway_file.read(session), gcs_address, pid_required=False)
+def _local_gateway_file(session: str | None, gcs_address: str | None = None) -> str | None:
+    """The head agent's gateway file of the local Ray session `session`, read only from our
+    own private dirs (with `gcs_address`: only if it belongs to the cluster at that address)."""
+    if session is None:
+        return None
+    return _alive_gateway(lambda: gateway_file.read(session), gcs_address)
 
 
 def _local_gateway_index(gcs_address: str) -> str | None:
     """The gateway the head agent of the cluster at `gcs_address` left in our own ~/.raydbg
     (when that agent runs on this machine and is alive): no Ray import, whatever
     /tmp/ray/session_latest points at."""
-    return _alive_gateway(lambda: gateway_file.read_index(gcs_address), gcs_address, pid_required=True)
+    return _alive_gateway(lambda: gateway_file.read_index(gcs_address), gcs_address)
 
 
-def _alive_gateway(read: Callable[[], Any], gcs_address: str | None, pid_required: bool) -> str | None:
-    """The address in a gateway file, if it is the cluster's at `gcs_address` and its agent lives."""
+def _alive_gateway(read: Callable[[], Any], gcs_address: str | None) -> str | None:
+    """The address in a gateway file, if it is the cluster's at `gcs_address` and the very
+    agent that wrote it still runs here as our uid (pid, start time, uid, boot id): a file
+    left by a stopped cluster is never trusted, even once its pid is reused."""
     try:
         info = read()
         if gcs_address is not None and info.get("gcs_address") != gcs_address:
             return None
-        pid = info.get("pid")
-        if (pid_required and not isinstance(pid, int)) or (isinstance(pid, int) and not _pid_alive(pid)):
-            return None  # left by a killed agent: Ray's record says whether another one runs
+        agent = ProcessIdentity.from_record(info)
+        if agent is None or agent.why_not_alive() is not None:
+            return None  # left by a stopped agent (or not ours): Ray's record says whether another runs
         return str(info["address"])
     except FileNotFoundError:
         return None
     except UnsafeDirError as exc:
         raise GatewayError(str(exc)) from None
-    except (ValueError, KeyError, TypeError, OSError):
+    except (ValueError, KeyError, TypeError, AttributeError, OSError):
         return None
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process: alive
-    return True
 
 
 def find_gateway(address: str | None = None, ask_gcs: bool = True) -> str:
@@ -98,12 +101,12 @@ def find_gateway(address: str | None = None, ask_gcs: bool = True) -> str:
         return os.environ["RAYDBG_GATEWAY"]
     ray_address = os.environ.get("RAY_ADDRESS", "")
     if ray_address and ray_address != "auto" and "://" not in ray_address:
-        found = (_local_gateway_file(LOCAL_SESSION, gcs_address=ray_address)
+        found = (_local_gateway_file(_local_session(), gcs_address=ray_address)
                  or _local_gateway_index(ray_address) or (ask_gcs and _gateway_from_gcs(ray_address)))
         if found:
             return found
         raise GatewayError(f"raydbg is not active on the cluster at {ray_address}: run `raydbg up`")
-    found = _local_gateway_file(LOCAL_SESSION)
+    found = _local_gateway_file(_local_session())
     if found:
         return found
     gcs = _local_gcs_address()

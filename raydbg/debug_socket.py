@@ -13,19 +13,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import struct
 import tempfile
 import threading
 from pathlib import Path
 
+from raydbg.local_peer import peer_credentials
 from raydbg.private_dir import UnsafeDirError, check_private, private_dir
 
 __all__ = ["Door", "UnsafeDirError", "expected_path", "peer_credentials", "socket_path"]
 
 log = logging.getLogger("raydbg.worker")
-
-_CRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-
 
 def socket_dir() -> Path:
     return private_dir(tempfile.gettempdir(), "debug")
@@ -33,13 +30,6 @@ def socket_dir() -> Path:
 
 def socket_path(pid: int) -> Path:
     return socket_dir() / f"{pid}.sock"
-
-
-def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end of a connected Unix socket."""
-    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CRED.size)
-    pid, uid, gid = _CRED.unpack(raw)
-    return pid, uid, gid
 
 
 def expected_path(pid: int, recorded: str | None) -> Path:

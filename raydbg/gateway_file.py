@@ -1,13 +1,18 @@
 """Where the head agent leaves the gateway's address for local clients: path, write, read, remove.
 
-The file is `<session dir>/raydbg-<uid>/gateway.json`: the session dir is open to every
-local user, so it lives in our own 0700 dir inside it (see private_dir). The agent writes
-it; the CLI, the TUI (and the VS Code extension, in localGateway.ts) read it without
-connecting to Ray, so this module imports neither Ray nor the agent.
+The file is `<tmp>/raydbg-<uid>/sessions/<Ray session name>/gateway.json`, 0700 dirs of
+ours (private_dir.session_dir); never in Ray's session dir, which every local user can
+write. The agent writes it; the CLI, the TUI (and the VS Code extension, in
+localGateway.ts) read it without connecting to Ray, so this module imports neither Ray
+nor the agent.
 
 The same JSON is also left by cluster, as the token is (`~/.raydbg/gateways/<gcs address>.json`,
 0700 dirs): a client given RAY_ADDRESS finds its cluster's gateway there even when
 /tmp/ray/session_latest is another cluster's (several clusters on one machine), without Ray.
+
+Both carry the agent's identity (pid, start time, uid, boot id: proc_identity): a file
+left by a stopped cluster names a process that is gone, even once its pid is reused, and
+a client sends nothing to an address whose agent is not that very process.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from raydbg.private_dir import (
     check_private,
     create_new,
     home_dir,
-    open_private,
-    private_dir,
     private_home_dir,
+    read_own_text,
+    session_dir,
+    session_path,
 )
 
 # Only the agent writes and removes the file: its messages belong in the agent's log.
@@ -35,9 +41,9 @@ log = logging.getLogger("raydbg.agent")
 NAME = "gateway.json"
 
 
-def path(session_dir: str | os.PathLike[str]) -> Path:
-    """The gateway file of the Ray session at `session_dir` (created or not)."""
-    return Path(session_dir) / f"raydbg-{os.getuid()}" / NAME
+def path(session: str | os.PathLike[str]) -> Path:
+    """The gateway file of the Ray session `session` (its dir or name; created or not)."""
+    return session_path(str(session), NAME)
 
 
 def index_dir() -> Path:
@@ -58,14 +64,14 @@ def _write_json(target: Path, gateway: dict[str, Any]) -> None:
     os.replace(tmp, target)  # a reader never sees half a file
 
 
-def write(session_dir: str | None, gateway: dict[str, Any]) -> None:
+def write(session: str | None, gateway: dict[str, Any]) -> None:
     """Local clients on the head find the gateway here without connecting to Ray.
     Never raises: without the file a client asks Ray's record instead."""
     try:
-        if session_dir is None:
+        if session is None:
             return
-        private_dir(session_dir)  # creates our dir, or refuses one that is not private
-        _write_json(path(session_dir), gateway)
+        session_dir(session)  # creates our dirs, or refuses ones that are not private
+        _write_json(path(session), gateway)
     except UnsafeDirError as e:
         log.warning("raydbg: no gateway file for local clients: %s", e)
     except Exception:
@@ -90,20 +96,19 @@ def read_index(gcs_address: str) -> Any:
     """The JSON the head agent of the cluster at `gcs_address` left in ~/.raydbg (as `read`)."""
     target = index_path(gcs_address)
     check_private(target.parent)
-    with os.fdopen(open_private(target, os.O_RDONLY)) as f:
-        return json.loads(f.read())
+    return json.loads(read_own_text(target))
 
 
-def remove(session_dir: str | None) -> None:
+def remove(session: str | None) -> None:
     """Remove the file when the head agent stops. Never raises."""
     try:
-        if session_dir is not None:
-            private_dir(session_dir)
+        if session is not None:
+            session_dir(session)
             try:
-                mine = read(session_dir)
+                mine = read(session)
             except Exception:
                 mine = None
-            path(session_dir).unlink(missing_ok=True)
+            path(session).unlink(missing_ok=True)
             if isinstance(mine, dict) and isinstance(mine.get("gcs_address"), str) and mine["gcs_address"]:
                 _remove_index(mine)
     except Exception:
@@ -120,10 +125,10 @@ def _remove_index(mine: dict[str, Any]) -> None:
         index_path(mine["gcs_address"]).unlink(missing_ok=True)
 
 
-def read(session_dir: str | os.PathLike[str]) -> Any:
-    """The file's JSON, read only from our own private dir (never created here).
+def read(session: str | os.PathLike[str]) -> Any:
+    """The file's JSON, read only from our own private dirs (never created here).
     Raises FileNotFoundError, UnsafeDirError, ValueError or another OSError."""
-    target = path(session_dir)
-    check_private(target.parent)
-    with os.fdopen(open_private(target, os.O_RDONLY)) as f:
-        return json.loads(f.read())
+    target = path(session)
+    for d in (target.parent.parent.parent, target.parent.parent, target.parent):
+        check_private(d)
+    return json.loads(read_own_text(target))

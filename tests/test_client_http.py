@@ -1,22 +1,15 @@
-"""The gateway client against a real local HTTP server: JSON in and out, one-line errors,
-and discovery through the head's gateway file."""
+"""The gateway client against a real local HTTP server: JSON in and out, one-line errors
+(discovery: test_discovery_trust.py)."""
 
 from __future__ import annotations
 
-import json
-import os
 import socket
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 from aiohttp import web
 
-from raydbg import client
 from raydbg.client import Gateway, GatewayError
-from raydbg.private_dir import private_dir
 
 
 async def _serve(routes: list[web.RouteDef]) -> tuple[web.AppRunner, str]:
@@ -71,27 +64,3 @@ async def test_unreachable_and_bad_address_are_one_line_errors() -> None:
         await Gateway(f"127.0.0.1:{port}", "t").get("/api/v1/status")
     with pytest.raises(GatewayError, match="is not HOST:PORT"):
         await Gateway("nowhere", "t").get("/api/v1/status")
-
-
-def test_ray_address_uses_the_head_gateway_file_of_that_cluster_only(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    gw_file = private_dir(str(tmp_path)) / "gateway.json"
-    assert gw_file.parent.name == f"raydbg-{os.getuid()}"
-    gw_file.write_text(json.dumps({"address": "10.0.0.1:7000", "gcs_address": "10.0.0.1:6379"}))
-    assert client._local_gateway_file(tmp_path, gcs_address="10.0.0.1:6379") == "10.0.0.1:7000"
-    assert client._local_gateway_file(tmp_path, gcs_address="10.0.0.2:6379") is None
-    assert client._local_gateway_file(tmp_path) == "10.0.0.1:7000"
-    monkeypatch.setattr(client, "LOCAL_SESSION", tmp_path)
-    monkeypatch.delenv("RAYDBG_GATEWAY", raising=False)
-    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert client.find_gateway() == "10.0.0.1:7000"
-
-
-def test_a_gateway_file_left_by_a_dead_agent_is_ignored(tmp_path: Path) -> None:
-    gone = subprocess.Popen([sys.executable, "-c", "pass"])
-    gone.wait()  # a pid that existed and is gone (not reused this quickly)
-    gw_file = private_dir(str(tmp_path)) / "gateway.json"
-    gw_file.write_text(json.dumps({"address": "10.0.0.1:7000", "pid": gone.pid}))
-    assert client._local_gateway_file(tmp_path) is None
-    gw_file.write_text(json.dumps({"address": "10.0.0.1:7000", "pid": os.getpid()}))
-    assert client._local_gateway_file(tmp_path) == "10.0.0.1:7000"

@@ -6,6 +6,7 @@ import errno
 import os
 import stat
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -138,32 +139,36 @@ def test_token_files_are_private_and_never_written_through_a_symlink(
         create_new(path)  # O_EXCL: never reuses what is there
 
 
-def test_telemetry_files_in_the_session_dir_are_private(tmp_path: Path, bait: Path) -> None:
-    session = tmp_path / "session"
-    session.mkdir()
+def test_a_sessions_telemetry_files_are_private_and_outside_rays_session_dir(
+        tmp_path: Path, bait: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    session = tmp_path / "ray" / "session_2026-12-06_1_2"
+    session.mkdir(parents=True)
     os.chmod(session, 0o777)  # as Ray makes its session dirs
-    tdir = session / MINE / "telemetry"
+    monkeypatch.setattr(raycontext, "session_dir", lambda: str(session))
+    tdir = Path(raycontext.session_telemetry_dir() or "")
+    assert tdir == tmp_path / MINE / "sessions" / session.name / "telemetry"
     f = JsonlFile("worker-1.jsonl", lambda: str(tdir), str(tmp_path / "fallback"), {"a": 1})
     f.write([{"type": "span", "name": "x"}])
     f.close()
-    check_private(session / MINE)
-    check_private(tdir)
+    for d in (tdir, tdir.parent, tdir.parent.parent, tdir.parent.parent.parent):
+        check_private(d)
     assert stat.S_IMODE(os.stat(tdir / "worker-1.jsonl").st_mode) == 0o600
+    assert list(session.iterdir()) == []  # nothing of ours in Ray's shared folder
     # Someone made our directory first, open to all: refused, nothing written there.
-    session2 = tmp_path / "session2"
-    (session2 / MINE).mkdir(parents=True)
-    os.chmod(session2 / MINE, 0o777)
-    g = JsonlFile("worker-1.jsonl", lambda: str(session2 / MINE / "telemetry"), "", {})
+    os.chmod(tmp_path / MINE / "sessions", 0o777)
+    g = JsonlFile("worker-1.jsonl", lambda: str(tmp_path / MINE / "sessions" / "session_x" / "telemetry"), "", {})
     with pytest.raises(UnsafeDirError):
         g.write([{"type": "span"}])
-    assert list((session2 / MINE).iterdir()) == []
+    assert not (tmp_path / MINE / "sessions" / "session_x").exists()
+    os.chmod(tmp_path / MINE / "sessions", 0o700)
     # A symlink planted where the file goes is not followed.
     (tdir / "worker-2.jsonl").symlink_to(bait)
     h = JsonlFile("worker-2.jsonl", lambda: str(tdir), "", {})
     with pytest.raises(OSError):
         h.write([{"type": "span"}])
     assert bait.read_text() == "untouched"
-    assert raycontext.fallback_dir().endswith(f"/{MINE}/telemetry")
+    assert raycontext.fallback_dir() == str(tmp_path / MINE / "telemetry")
 
 
 def test_secrets_are_not_carried_into_a_jobs_runtime_env(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -233,3 +238,28 @@ def test_the_kill_note_goes_to_the_workers_own_log_not_a_swapped_path(tmp_path: 
     finally:
         child.kill()
         child.wait()
+
+
+def test_readers_take_only_regular_files_of_ours(tmp_path: Path) -> None:
+    """A FIFO planted as a metrics snapshot would block every /metrics reader for ever (and,
+    a few scrapes on, the thread pool every gateway call needs); another uid's file is theirs."""
+    import threading
+
+    from raydbg.private_dir import open_own_file
+    from raydbg.telemetry import prometheus
+
+    os.mkfifo(tmp_path / "worker-9.metrics.json")
+    (tmp_path / "worker-8.metrics.json").symlink_to(tmp_path / "elsewhere")
+    done = threading.Event()
+    threading.Thread(target=lambda: (prometheus.prometheus_text(directory=str(tmp_path)), done.set()),
+                     daemon=True).start()
+    assert done.wait(10), "the reader blocked on a planted FIFO"
+    for name in ("worker-9.metrics.json", "worker-8.metrics.json"):
+        with pytest.raises(OSError):
+            open_own_file(tmp_path / name)
+    if os.getuid() == 0:
+        theirs = tmp_path / "worker-7.metrics.json"
+        theirs.write_text("{}")
+        os.chown(theirs, NOBODY, NOBODY)
+        with pytest.raises(UnsafeDirError, match=f"belongs to uid {NOBODY}"):
+            open_own_file(theirs)

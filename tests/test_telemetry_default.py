@@ -21,6 +21,8 @@ import pytest
 from cluster import ENV, Cluster
 from telemetry_otlp import RAY_SPANS, TRACED_TASKS, HttpReceiver, check_ray_trace, run_ray_driver
 
+from raydbg.private_dir import session_path
+
 pytestmark = pytest.mark.e2e
 
 # A user's job: no telemetry.setup(), no ray_init_kwargs(), no extra variable; raydbg is
@@ -150,7 +152,7 @@ def _job_files(tdir: Path, job: str) -> dict[Path, list[dict[str, Any]]]:
 def test_default_files_hold_one_trace_across_driver_and_tasks(
     cluster: Cluster, clean_env: None
 ) -> None:
-    tdir = Path(cluster_session(cluster)) / f"raydbg-{os.getuid()}" / "telemetry"
+    tdir = session_path(cluster_session(cluster), "telemetry")
 
     def worker_wrote(info: dict[str, Any]) -> bool:
         files = _job_files(tdir, info["job"]) if tdir.exists() else {}

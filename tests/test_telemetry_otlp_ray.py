@@ -5,12 +5,12 @@ the driver's span is the ancestor of the task's and the actor method's spans, in
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from telemetry_otlp import RAY_SPANS, HttpReceiver, check_ray_trace, run_ray_driver
+
+from raydbg.private_dir import session_path
 
 pytestmark = pytest.mark.e2e
 
@@ -43,8 +43,8 @@ def test_spans_cross_ray_task_boundary(
     kind, point = receiver.last_point("test.task.calls")
     assert kind == "sum" and point["value"] == 1 and point["attributes"] == {"test.arg": 7}
 
-    # The embedded default wrote under the Ray session directory, one file per process.
-    tdir = Path(info["session"]) / f"raydbg-{os.getuid()}" / "telemetry"
+    # The embedded default wrote in our folder of the Ray session, one file per process.
+    tdir = session_path(info["session"], "telemetry")
     worker_file = tdir / f"worker-{info['pid']}.jsonl"
     assert worker_file.exists(), list(tdir.iterdir()) if tdir.exists() else tdir
     recs = [json.loads(x) for x in worker_file.read_text().splitlines()]

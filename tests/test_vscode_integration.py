@@ -1,9 +1,11 @@
 """The VS Code extension's own modules (run in node) against a real local Ray cluster with raydbg.
 
 A task pauses at breakpoint(); the extension's view model lists it through the real
-gateway; the extension's forwarder is started in node; a DAP client here attaches
-through that forwarder with the extension's launch config, sees the breakpoint line as
-the top frame, continues, and the task returns its result.
+gateway; the extension's inline debug adapter is made in node; a DAP client here plays
+VS Code (its messages reach the adapter over a test-only unix socket, as VS Code hands
+them over in-process), attaches with the extension's config as its arguments, sees the
+breakpoint line as the top frame, continues, and the task returns its result. The node
+process listens on no TCP port while attached.
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import asyncio
 import json
 import os
 import queue
-import socket
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -27,7 +28,6 @@ from vscode_support import EXT, npm
 
 from raydbg.client import Gateway
 from raydbg.dap.session import attach_session
-from raydbg.dap.transport import open_tcp
 
 pytestmark = pytest.mark.e2e
 DRIVER = EXT / "out" / "test" / "integration" / "attachDriver.js"
@@ -85,10 +85,11 @@ class Driver:
             self.proc.wait(10)
 
 
-async def attach_through(port: int, config: dict[str, Any]) -> dict[str, Any]:
-    """What VS Code's debugpy does with the extension's config: attach, look, continue."""
-    reader, writer = await open_tcp(config["connect"]["host"], port)
-    args = {k: v for k, v in config.items() if k in ("pathMappings", "justMyCode")}
+async def attach_through(path: str, config: dict[str, Any]) -> dict[str, Any]:
+    """What VS Code does with the extension's config: attach (the whole config is the
+    attach request's arguments, as VS Code sends it), look, continue."""
+    reader, writer = await asyncio.open_unix_connection(path)
+    args = {**config, "__sessionId": "vscode-session-1"}
     client, stopped = await attach_session(reader, writer, attach_arguments=args, timeout=30)
     thread_id = stopped["body"]["threadId"]
     frames = await client.stack_trace(thread_id)
@@ -97,8 +98,8 @@ async def attach_through(port: int, config: dict[str, Any]) -> dict[str, Any]:
     return {"top": frames[0], "stopped": stopped}
 
 
-def test_extension_lists_forwards_and_debugs_a_paused_task(gateway: Gateway, driver: Path,
-                                                           tmp_path: Path) -> None:
+def test_extension_lists_relays_and_debugs_a_paused_task(gateway: Gateway, driver: Path,
+                                                         tmp_path: Path) -> None:
     line = vscode_targets.line_of("vscode")
     ref = ray.remote(vscode_targets.vscode_paused_task).remote(5)
     workspace = str(tmp_path / "workspace")
@@ -115,26 +116,27 @@ def test_extension_lists_forwards_and_debugs_a_paused_task(gateway: Gateway, dri
         assert listed["contextValue"] == "raydbg.session.attachable"
         assert listed["live"] is True
 
-        # 2. Attach: the forwarder is up and the config is debugpy attach to it.
-        fwd = node.expect("forwarding")
-        config = fwd["config"]
-        assert config["type"] == "debugpy" and config["request"] == "attach"
-        assert config["connect"] == {"host": "127.0.0.1", "port": fwd["port"]}
+        # 2. Attach: the extension's own debug type naming the session; no host, no port.
+        config = node.expect("prepared")["config"]
+        assert config["type"] == "raydbg" and config["request"] == "attach"
+        assert "connect" not in config and "port" not in config
+        assert config["raydbgSessionId"] == rec["id"] and config["raydbgCluster"] == "it"
         assert config["justMyCode"] is False
         cwd = rec["cwd"]
         assert config["pathMappings"] == ([{"localRoot": workspace, "remoteRoot": cwd}] if cwd else [])
 
-        # 3. A forwarder with a wrong token: the real gateway refuses, the client is cut off.
+        # 3. An adapter with a wrong token: the real gateway refuses; VS Code's request is
+        #    answered with the reason and the session ends.
         bad = node.expect("badtoken")
-        with socket.create_connection(("127.0.0.1", bad["port"]), timeout=30) as s:
-            s.sendall(b'Content-Length: 2\r\n\r\n{}')
-            assert s.recv(1) == b""
-        err = node.expect("error")
-        assert err["which"] == "badtoken" and err["reason"] == "auth", err
-        assert "rejected the token (HTTP 401)" in err["message"]
+        assert bad["error"]["reason"] == "auth", bad
+        assert "rejected the token (HTTP 401)" in bad["error"]["message"]
+        answer = next(m for m in bad["messages"] if m["type"] == "response")
+        assert answer["command"] == "initialize" and answer["success"] is False
+        assert bad["messages"][-1]["event"] == "terminated"
 
-        # 4. A DAP client attaches through the extension's forwarder: top frame is the breakpoint.
-        seen = asyncio.run(attach_through(fwd["port"], config))
+        # 4. A DAP client attaches through the extension's adapter: top frame is the breakpoint.
+        path = node.expect("bridge")["path"]
+        seen = asyncio.run(attach_through(path, config))
         assert seen["top"]["line"] == line
         mapped = vscode_targets.FILE
         if cwd and vscode_targets.FILE.startswith(cwd.rstrip("/") + "/"):
@@ -143,6 +145,8 @@ def test_extension_lists_forwards_and_debugs_a_paused_task(gateway: Gateway, dri
 
         # 5. Continued: the task finishes with its real result.
         assert ray.get(ref, timeout=60) == 16
-        node.finish()
+        closed = node.finish()
+        assert closed["errors"] == [], closed
+        assert closed["tcpWhileAttached"] == [], closed
     finally:
         node.kill()

@@ -17,7 +17,7 @@ def test_vsix_contains_compiled_extension_and_readme(tmp_path: Path) -> None:
         manifest = json.loads(z.read("extension/package.json"))
     main = "extension/" + manifest["main"].removeprefix("./")
     assert main == "extension/out/src/extension.js"
-    for entry in (main, "extension/readme.md", "extension/out/src/forwarder.js",
+    for entry in (main, "extension/readme.md", "extension/out/src/dapRelay.js",
                   "extension/node_modules/ws/index.js", "extension/media/ray.svg"):
         assert entry in names, f"{entry} missing from the .vsix: {sorted(names)}"
     # Sources, tests and dev tooling stay out.

@@ -20,6 +20,8 @@ from raydbg.breakpoints import api as breakpoints_api
 from raydbg.gang import routes as gang_routes
 from raydbg.gcs_tables import GcsTables
 from raydbg.memory import budgets
+from raydbg.private_dir import private_dir_problem
+from raydbg.proc_identity import ProcessIdentity
 from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
@@ -94,6 +96,8 @@ class NodeAgent:
             "started_by": self.started_by,
             "watches_nodes": self.watch_nodes,
             "memory_monitor": {"state": "starting"},
+            # debug doors and stacks requests live there: `raydbg status` says when they cannot
+            "private_dir": private_dir_problem(),
         }
 
     def _publish(self) -> None:
@@ -103,7 +107,8 @@ class NodeAgent:
             gateway = {
                 "address": f"{self.node_ip}:{self.port}",
                 "node_id": self.node_id,
-                "pid": os.getpid(),
+                # pid, start time, uid, boot id: a local client checks it is this very process
+                **ProcessIdentity.mine().fields(),
                 "version": __version__,
                 # lets a local client given RAY_ADDRESS use the gateway file, without importing Ray
                 "gcs_address": self.gcs_address,

@@ -45,7 +45,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from raydbg import ray_context
+from raydbg import proc_identity, ray_context
 from raydbg.gang import own_threads
 from raydbg.gang.frames import looks_idle
 
@@ -67,9 +67,9 @@ def stacks_dir() -> Path:
 
 
 def start_ticks(pid: int) -> str:
-    """The process's start time in clock ticks (/proc/PID/stat field 22): a pid plus this is unique."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text.rsplit(")", 1)[1].split()[19]
+    """The process's start time in clock ticks (/proc/PID/stat field 22), as file names carry it:
+    a pid plus this is unique. OSError when it is gone."""
+    return str(proc_identity.start_ticks(pid))
 
 
 def _paths(pid: int, base: Path | None = None, ticks: str | None = None) -> tuple[Path, Path]:
@@ -238,9 +238,9 @@ def available(pid: int, base: Path | None = None) -> bool:
 
 def signal_if_same(pid: int, ticks: str, signum: int = SIGNUM) -> bool:
     """Send `signum` to `pid` only while it is the process started at `ticks` and catches the
-    signal, through a pidfd (raydbg/pidfd.py): a pid reused since is never signalled.
+    signal, through a pidfd (raydbg/proc_identity.py): a pid reused since is never signalled.
     False, and nothing sent, otherwise (or where the system has no pidfd)."""
-    from raydbg.pidfd import open_pidfd
+    from raydbg.proc_identity import open_pidfd
 
     try:
         fd = open_pidfd(pid)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from raydbg.memory.process_memory import ProcMem, parse_stat
-from raydbg.pidfd import open_pidfd
+from raydbg.proc_identity import open_pidfd
 
 
 class KillRefused(OSError):

@@ -33,7 +33,7 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric as PromMetric
 
-from raydbg.private_dir import open_private
+from raydbg.private_dir import open_own_file, open_private
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.jsonl import SNAPSHOT_SUFFIX
 from raydbg.telemetry.promconvert import families, target_info
@@ -93,7 +93,7 @@ def _node_data(directory: str, skip_pid: int | None) -> Iterator[MetricsData]:
     """The latest snapshot of each live process on the node, except `skip_pid`'s."""
     for path in glob.glob(os.path.join(directory, f"*{SNAPSHOT_SUFFIX}")):
         try:
-            with open(path, encoding="utf-8") as fh:
+            with open(open_own_file(path), encoding="utf-8") as fh:  # never a planted FIFO or link
                 snap = json.load(fh)
             pid = int(snap.get("resource", {}).get("process.pid", 0))
         except (OSError, ValueError):

@@ -10,11 +10,10 @@ from __future__ import annotations
 import os
 import socket
 import sys
-import tempfile
 import threading
 from typing import Any
 
-from raydbg import _ray_internals
+from raydbg import _ray_internals, private_dir
 
 _lock = threading.Lock()
 _static: dict[str, str] = {}
@@ -47,36 +46,25 @@ def session_dir() -> str | None:
     return _ray_internals.session_dir() if _ray() is not None else None
 
 
-def private_name() -> str:
-    """Our directory in a place open to all users (the session dir is 0777): `raydbg-<uid>`."""
-    return f"raydbg-{os.getuid()}"
-
-
 def session_telemetry_dir(override: str | None = None) -> str | None:
-    """`override`, else `<session>/raydbg-<uid>/telemetry` of the connected cluster, else None."""
+    """`override`, else `<tmp>/raydbg-<uid>/sessions/<session>/telemetry` for the connected
+    cluster's session (not in Ray's session dir: every local user can write there), else None."""
     if override:
         return override
     session = session_dir()
-    return os.path.join(session, private_name(), "telemetry") if session else None
+    return str(private_dir.session_path(session, "telemetry")) if session else None
 
 
 def fallback_dir() -> str:
     # Not <tmp>/raydbg/...: a `raydbg` folder in the cwd would shadow the package.
-    return os.path.join(tempfile.gettempdir(), private_name(), "telemetry")
+    return str(private_dir.runtime_root() / "telemetry")
 
 
 def prepare_dir(directory: str) -> None:
-    """Create `directory` for writing; one of ours in a shared place (`.../raydbg-<uid>/
-    telemetry`) is made 0700 and checked (UnsafeDirError, an OSError, if another user
-    made it first). A directory the user named is theirs to secure."""
-    from raydbg.private_dir import private_dir
-
-    parent, leaf = os.path.split(os.path.normpath(directory))
-    base, mine = os.path.split(parent)
-    if leaf == "telemetry" and mine == private_name():
-        private_dir(base, leaf)
-    else:
-        os.makedirs(directory, exist_ok=True)
+    """Create `directory` for writing; one of ours under `<tmp>/raydbg-<uid>` is made 0700
+    level by level and checked (UnsafeDirError, an OSError, if another user made one first).
+    A directory the user named is theirs to secure."""
+    private_dir.make_dirs(directory)
 
 
 def telemetry_dir(override: str | None = None) -> str:

@@ -1,7 +1,8 @@
 """Reads the embedded JSON-lines files back: finds them, parses spans, filters, summarises.
 
-No Ray connection: the files are found through `--dir`, `RAYDBG_TELEMETRY_DIR`, the
-latest local Ray session (`<ray tmp>/session_latest`) and the temp-dir fallback.
+No Ray connection: the files are found through `--dir`, `RAYDBG_TELEMETRY_DIR`, our
+folder of the latest local Ray session (`<ray tmp>/session_latest` names it) and the
+temp-dir fallback. Only regular files of ours are read (private_dir.open_own_file).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from raydbg import private_dir
 from raydbg.telemetry import raycontext
 
 
@@ -24,7 +26,11 @@ def default_dirs() -> list[str]:
     if os.environ.get("RAYDBG_TELEMETRY_DIR"):
         dirs.append(os.environ["RAYDBG_TELEMETRY_DIR"])
     ray_tmp = os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "ray")
-    dirs.append(os.path.join(ray_tmp, "session_latest", raycontext.private_name(), "telemetry"))
+    try:  # only the session's name comes from Ray's shared folder
+        latest = os.readlink(os.path.join(ray_tmp, "session_latest"))
+        dirs.append(str(private_dir.session_path(latest, "telemetry")))
+    except (OSError, ValueError):
+        pass
     dirs.append(raycontext.fallback_dir())
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
@@ -49,7 +55,7 @@ def records(paths: Iterable[str]) -> Iterator[dict[str, Any]]:
     for path in paths:
         resource: dict[str, Any] = {}
         try:
-            fh = open(path, encoding="utf-8")
+            fh = open(private_dir.open_own_file(path), encoding="utf-8")
         except OSError:
             continue
         with fh:

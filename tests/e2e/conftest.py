@@ -83,18 +83,38 @@ def wait_gone(gw: Any, sid: str, timeout: float = 30) -> None:
 @contextmanager
 def forward(gcs_address: str, sid: str) -> Iterator[int]:
     """`raydbg forward SID --port 0` as a real subprocess; yields the local port."""
-    proc = subprocess.Popen([*RAYDBG, "forward", sid, "--port", "0"], env=cli_env(gcs_address),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    with forward_process(gcs_address, sid) as (_, line):
+        yield int(line.split("127.0.0.1:")[1].split()[0])
+
+
+@contextmanager
+def forward_process(gcs_address: str, sid: str, *args: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """`raydbg forward SID [args]` (default `--port 0`) as a real subprocess; yields it and its
+    first line (where it listens). Its stderr goes to a file read back by `forward_log`."""
+    import tempfile
+
+    log = tempfile.TemporaryFile("w+")
+    proc = subprocess.Popen([*RAYDBG, "forward", sid, *(args or ("--port", "0"))], env=cli_env(gcs_address),
+                            stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO)
+    proc.log = log  # type: ignore[attr-defined]
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
-        if "127.0.0.1:" not in line:
+        if not line.startswith("raydbg forward: session"):
             proc.kill()
-            raise AssertionError(f"forward did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-        yield int(line.split("127.0.0.1:")[1].split()[0])
+            log.seek(0)
+            raise AssertionError(f"forward did not start: {line!r} {log.read()}")
+        yield proc, line
     finally:
         proc.terminate()
         proc.wait(10)
+        log.close()
+
+
+def forward_log(proc: subprocess.Popen[str]) -> str:
+    log = proc.log  # type: ignore[attr-defined]
+    log.seek(0)
+    return str(log.read())
 
 
 async def attach_and_inspect(port: int, variable: str, expression: str | None = None,

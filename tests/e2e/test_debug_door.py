@@ -1,12 +1,14 @@
-"""The worker's debugger door: private socket, other uids refused, gone after the pause; and
-every way a client can leave releases only the threads it resumed itself."""
+"""The worker's debugger door: private socket, other uids refused, gone after the pause; every
+local door raydbg opens (forward's port and socket, the agents') refuses another local user and
+keeps nothing in Ray's shared folders; and every way a client can leave releases only the
+threads it resumed itself."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import pwd
+import shutil
 import socket
 import time
 from pathlib import Path
@@ -15,20 +17,23 @@ from typing import Any
 import psutil
 import pytest
 import ray
+from other_user import OTHER_UID, as_other_user, can_be_other_user, dap_attack
 
 from e2e import targets
 from e2e.conftest import (
     attach_and_inspect,
     attach_paused_threads,
     forward,
+    forward_log,
+    forward_process,
     gateway,
+    inspect_paused,
     raydbg_cli,
     wait_for_session,
 )
 
 pytestmark = pytest.mark.e2e
 
-NOBODY = pwd.getpwnam("nobody")
 
 
 @pytest.fixture(scope="module")
@@ -71,38 +76,88 @@ def _unix_listeners(pid: int) -> set[str]:
     return out
 
 
-def _as_nobody_evaluate(path: str, proof: Path) -> str:
-    """In a child running as `nobody`: connect, attach and evaluate code that writes `proof`."""
-    rd, wr = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the child
-        os.close(rd)
-        outcome = "?"
+def _tcp_listeners_of(pids: list[int]) -> set[tuple[str, int]]:
+    out: set[tuple[str, int]] = set()
+    for pid in pids:
+        for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+            out |= _inet_listeners(proc.pid)
+    return out
+
+
+@can_be_other_user
+def test_another_user_gets_nothing_from_any_local_door(ray_cluster: str, gw: Any, tmp_path: Path) -> None:
+    """A paused worker, `raydbg forward` on a port and on a unix socket: another uid sends DAP
+    to every TCP port the worker, the agents and the forwarders listen on and to the socket,
+    and gets no answer and runs nothing; the owner attaches through both right after."""
+    actor = ray.remote(targets.ThreadedActor).options(max_concurrency=2).remote()
+    ref = actor.work.remote(3)
+    rec = wait_for_session(gw, function="work")
+    proof = tmp_path / "evaluated"
+    os.chmod(tmp_path, 0o777)  # the attacker could write its proof here, if its code ran
+    agents = [a["pid"] for a in asyncio.run(gw.status())["agents"]]
+    with forward_process(ray_cluster, rec["id"]) as (tcp_fwd, tcp_line), \
+            forward_process(ray_cluster, rec["id"], "--unix") as (unix_fwd, unix_line):
+        port = int(tcp_line.split("127.0.0.1:")[1].split()[0])
+        sock_path = unix_line.split("unix socket ")[1].split()[0]
+        assert os.stat(os.path.dirname(sock_path)).st_mode & 0o777 == 0o700
+        listeners = _tcp_listeners_of([rec["pid"], *agents, tcp_fwd.pid, unix_fwd.pid])
+        assert ("127.0.0.1", port) in listeners and len(listeners) >= 2  # the gateway's port too
+        outcomes = {f"{host}:{p}": as_other_user(dap_attack((host, p), str(proof)))
+                    for host, p in sorted(listeners)}
+        # The forward port hangs up before relaying a byte; the agents answer HTTP 400, Ray's own
+        # gRPC ports what gRPC answers: no DAP anywhere.
+        assert outcomes.pop(f"127.0.0.1:{port}") == "closed"
+        assert outcomes and "DAP answered" not in outcomes.values(), outcomes
+        assert not [o for o in outcomes.values() if o.startswith("error")], outcomes
+        assert as_other_user(dap_attack(sock_path, str(proof))) == "permission denied"
+        time.sleep(1)  # an evaluation that got through would have written by now
+        assert not proof.exists()
+        assert f"from uid {OTHER_UID}" in forward_log(tcp_fwd)
+        # The owner: attach through the unix socket (evaluate there), then through the port.
+        async def over_unix() -> dict[str, Any]:
+            reader, writer = await asyncio.open_unix_connection(sock_path)
+            seen = await inspect_paused(reader, writer, "local_value", "local_value + 1", resume=False)
+            await seen["client"].close()  # gone without a word: the thread stays paused
+            return seen
+        seen = asyncio.run(over_unix())
+        assert (seen["value"], seen["evaluated"]) == ("103", "104")
+        _wait_state(gw, rec["id"], "waiting")
+        seen = asyncio.run(attach_and_inspect(port, "local_value"))
+        assert seen["value"] == "103"
+    assert ray.get(ref, timeout=60) == 103
+
+
+@can_be_other_user
+def test_nothing_of_ours_in_rays_shared_folders_and_what_is_planted_there_is_ignored(
+        ray_cluster: str, gw: Any) -> None:
+    """Ray's session dir is writable by every local user (0777, no sticky bit): raydbg keeps
+    nothing there, and a gateway file, a FIFO or a symlink another user plants there is never
+    read: the owner's `raydbg list` still reaches the real gateway, the planted address no byte."""
+    session = Path(ray._private.worker._global_node.get_session_dir_path())
+    assert session.stat().st_mode & 0o7777 == 0o777
+    mine = session / f"raydbg-{os.getuid()}"
+    assert not mine.exists()
+    with socket.create_server(("127.0.0.1", 0)) as bait:
+        bait.settimeout(0.5)
+        bait_port = bait.getsockname()[1]
+
+        def plant() -> str:
+            os.mkdir(mine)
+            (mine / "gateway.json").write_text(json.dumps({"address": f"127.0.0.1:{bait_port}", "pid": 1}))
+            os.mkfifo(mine / "worker-1.metrics.json")
+            os.mkdir(mine / "telemetry")
+            os.symlink("/root", mine / "sessions")
+            return "planted"
+
+        assert as_other_user(plant) == "planted"
         try:
-            os.setgid(NOBODY.pw_gid)
-            os.setuid(NOBODY.pw_uid)
-            with socket.socket(socket.AF_UNIX) as s:
-                s.settimeout(5)
-                s.connect(path)
-                for seq, (command, args) in enumerate([
-                    ("initialize", {"adapterID": "x"}), ("attach", {}), ("configurationDone", {}),
-                    ("evaluate", {"expression": f"open({str(proof)!r}, 'w').write('x')"}),
-                ], start=1):
-                    body = json.dumps({"seq": seq, "type": "request", "command": command,
-                                       "arguments": args}).encode()
-                    s.sendall(b"Content-Length: %d\r\n\r\n" % len(body) + body)
-                got = s.recv(65536)
-                outcome = "answered" if got else "closed"
-        except PermissionError:
-            outcome = "permission denied"
-        except (ConnectionError, TimeoutError, OSError) as exc:
-            outcome = f"error {type(exc).__name__}"
-        os.write(wr, outcome.encode())
-        os._exit(0)
-    os.close(wr)
-    os.waitpid(child, 0)
-    with os.fdopen(rd) as f:
-        return f.read()
+            out = raydbg_cli(ray_cluster, "list", "--json")
+            assert out.returncode == 0, out.stderr
+            assert ray.get(ray.remote(lambda: 7).remote(), timeout=60) == 7  # the job goes on
+            with pytest.raises(TimeoutError):
+                bait.accept()  # no client dialled the planted address
+        finally:
+            shutil.rmtree(mine)
 
 
 def test_the_debugger_listens_only_on_a_private_socket_while_paused(ray_cluster: str, gw: Any,
@@ -125,19 +180,19 @@ def test_the_debugger_listens_only_on_a_private_socket_while_paused(ray_cluster:
     proof = tmp_path / "evaluated"
     os.chmod(tmp_path, 0o777)
     # Another uid meets the 0700 directory ...
-    assert _as_nobody_evaluate(path, proof) == "permission denied"
+    assert as_other_user(dap_attack(path, str(proof))) == "permission denied"
     # ... and, with the fences on the path lowered, the worker's own peer-uid check.
     fences = [os.path.dirname(path), os.path.dirname(os.path.dirname(path))]
     for directory in fences:
         os.chmod(directory, 0o711)
     os.chmod(path, 0o666)
     try:
-        outcome = _as_nobody_evaluate(path, proof)
+        outcome = as_other_user(dap_attack(path, str(proof)))
     finally:
         for directory in fences:
             os.chmod(directory, 0o700)
     # The worker hangs up on it: at its first read or write, whichever comes first.
-    assert outcome in ("closed", "error ConnectionResetError", "error BrokenPipeError"), outcome
+    assert outcome == "closed", outcome
     assert not proof.exists()
 
     # The owner attaches as usual through the gateway, and the door closes after the pause.

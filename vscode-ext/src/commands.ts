@@ -1,12 +1,13 @@
 /**
- * vscode glue for the Ray commands: cluster management, refresh, attach, launch snippet.
+ * vscode glue for the Ray commands: cluster management, refresh, attach (and the inline
+ * debug adapter it runs through), launch snippet.
  *
  * Each handler gathers input from VS Code and hands the work to the plain modules.
  */
 import * as vscode from "vscode";
-import { AttachRegistry, prepareAttach } from "./attach";
+import { adapterForConfig, AttachRegistry, prepareAttach } from "./attach";
 import { ClusterController } from "./controller";
-import { launchSnippet } from "./launchConfig";
+import { DEBUG_TYPE, launchSnippet } from "./launchConfig";
 import { SessionRecord, sessionName } from "./records";
 import { addressKey, checkClusterName, parseGatewayAddress } from "./settings";
 import { addressOfSecret, secretKey } from "./tokenStore";
@@ -123,6 +124,8 @@ async function setToken(s: CommandServices, arg?: ItemArg): Promise<void> {
   s.controller.restartAddress(addressOfSecret(key) ?? "");
 }
 
+const showRelayError = (e: Error) => void vscode.window.showErrorMessage(`Ray: ${e.message}`);
+
 export async function attach(s: CommandServices, arg?: ItemArg): Promise<boolean> {
   const cluster = arg?.cluster;
   const picked = arg?.session;
@@ -141,36 +144,47 @@ export async function attach(s: CommandServices, arg?: ItemArg): Promise<boolean
     void vscode.window.showInformationMessage(`Ray: ${sessionName(session)} is already attached.`);
     return false;
   }
-  if (!vscode.extensions.getExtension("ms-python.debugpy")) {
-    void vscode.window.showWarningMessage("Ray: attaching needs the Python Debugger extension (ms-python.debugpy).");
-  }
   const folder = vscode.workspace.workspaceFolders?.[0];
-  const prepared = await prepareAttach({
+  const prepared = prepareAttach({
     client,
     session,
+    cluster,
     pathMappings: s.controller.pathMappingsFor(cluster),
     workspaceFolder: folder ? folder.uri.fsPath : null,
-    cluster,
-    onError: (e) => void vscode.window.showErrorMessage(`Ray: ${e.message}`),
+    onError: showRelayError,
   });
-  s.attached.add(session.id, prepared.forwarder);
+  // Kept until VS Code asks the adapter factory for it (inside startDebugging).
+  s.attached.add(session.id, cluster, prepared.relay);
   let started = false;
   try {
     started = await vscode.debug.startDebugging(folder, prepared.config);
   } catch (e) {
     void vscode.window.showErrorMessage(`Ray: could not start debugging: ${(e as Error).message}`);
   }
-  if (!started) await s.attached.stop(session.id);
+  if (!started) s.attached.stop(session.id);
   return started;
+}
+
+/**
+ * Debug sessions of type `raydbg` (Attach, or a launch.json) run an inline adapter that
+ * relays DAP through the gateway: VS Code talks to it in-process, so no port is opened.
+ */
+function registerDebugAdapter(s: CommandServices): vscode.Disposable {
+  return vscode.debug.registerDebugAdapterDescriptorFactory(DEBUG_TYPE, {
+    createDebugAdapterDescriptor: (ds) => {
+      const relay = adapterForConfig(ds.configuration, { registry: s.attached, client: (c) => s.controller.client(c), onError: showRelayError });
+      return new vscode.DebugAdapterInlineImplementation(relay);
+    },
+  });
 }
 
 async function copyLaunchConfig(s: CommandServices, arg?: ItemArg): Promise<void> {
   if (!arg?.cluster || !arg.session) return;
   const cluster = s.controller.cluster(arg.cluster);
   if (!cluster) return;
-  const text = launchSnippet({ session: arg.session, gatewayAddress: cluster.address, pathMappings: s.controller.pathMappingsFor(cluster.name) });
+  const text = launchSnippet({ session: arg.session, cluster: cluster.name, pathMappings: s.controller.pathMappingsFor(cluster.name) });
   await vscode.env.clipboard.writeText(text);
-  void vscode.window.showInformationMessage("Ray: launch.json snippet copied. It attaches through `raydbg forward` (see its first line).");
+  void vscode.window.showInformationMessage("Ray: launch.json snippet copied. It attaches through this extension (no local port); its session id lasts one pause.");
 }
 
 /** Notification for newly paused sessions, with an Attach button for a single one. */
@@ -197,5 +211,6 @@ export function registerCommands(s: CommandServices): vscode.Disposable[] {
     reg("raydbg.refresh", (a) => s.controller.refresh(a?.cluster)),
     reg("raydbg.attach", (a) => attach(s, a)),
     reg("raydbg.copyLaunchConfig", (a) => copyLaunchConfig(s, a)),
+    registerDebugAdapter(s),
   ];
 }

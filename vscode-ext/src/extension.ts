@@ -107,13 +107,13 @@ export function activate(context: vscode.ExtensionContext): RaydbgApi {
     }),
     vscode.debug.onDidTerminateDebugSession((ds) => {
       const id: unknown = ds.configuration.raydbgSessionId;
-      if (typeof id === "string") void attached.stop(id);
+      if (typeof id === "string") attached.stop(id);
     }),
     ...registerCommands(services),
     ...breakpoints.disposables,
     ...pause.disposables,
     { dispose: () => controller.dispose() },
-    { dispose: () => void attached.stopAll() },
+    { dispose: () => attached.stopAll() },
   );
   return { controller, provider, attached, breakpoints, pause };
 }

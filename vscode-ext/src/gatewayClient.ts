@@ -71,7 +71,7 @@ export class GatewayClient {
     return this.opts.address;
   }
 
-  /** The bearer token, for the forwarder's relay handshake. */
+  /** The bearer token, for the DAP relay's handshake (dapRelay.ts). */
   get token(): string {
     return this.opts.token;
   }

@@ -1,5 +1,6 @@
 /**
- * debugpy attach configurations for a paused Ray session.
+ * Attach configurations for a paused Ray session (debug type `raydbg`; debugpy in the worker
+ * receives them as its attach arguments).
  *
  * The debuggee's files live under the worker's cwd on a remote node; pathMappings tell
  * debugpy which local file is which, so breakpoints and the editor line up.
@@ -7,16 +8,18 @@
 import { SessionRecord, sessionName } from "./records";
 import { PathMapping } from "./settings";
 
+/** The extension's own debug type: its inline adapter relays to debugpy in the worker. */
+export const DEBUG_TYPE = "raydbg";
+
 export interface AttachConfig {
-  type: "debugpy";
+  type: typeof DEBUG_TYPE;
   request: "attach";
   name: string;
-  connect: { host: string; port: number };
   pathMappings: PathMapping[];
   justMyCode: false;
-  /** Lets the glue find the forwarder to stop when this debug session ends. */
+  /** Which paused session, on which cluster (a name in raydbg.clusters): where the adapter relays. */
   raydbgSessionId: string;
-  raydbgCluster?: string;
+  raydbgCluster: string;
 }
 
 export const WORKSPACE_VAR = "${workspaceFolder}";
@@ -76,35 +79,28 @@ export function attachName(session: SessionRecord): string {
 
 export function buildAttachConfig(opts: {
   session: SessionRecord;
-  port: number;
+  cluster: string;
   pathMappings: readonly PathMapping[];
   workspaceFolder?: string | null;
-  cluster?: string;
 }): AttachConfig {
-  if (!Number.isInteger(opts.port) || opts.port <= 0 || opts.port > 65535) {
-    throw new RangeError(`forwarder port ${opts.port} is not a TCP port`);
-  }
-  const cfg: AttachConfig = {
-    type: "debugpy",
+  return {
+    type: DEBUG_TYPE,
     request: "attach",
     name: attachName(opts.session),
-    connect: { host: "127.0.0.1", port: opts.port },
     pathMappings: resolvePathMappings(opts.session, opts.pathMappings, opts.workspaceFolder),
     justMyCode: false,
     raydbgSessionId: opts.session.id,
+    raydbgCluster: opts.cluster,
   };
-  if (opts.cluster !== undefined) cfg.raydbgCluster = opts.cluster;
-  return cfg;
 }
 
 /**
- * A launch.json entry for users who keep their own configs: it attaches to a port
- * that `raydbg forward` serves, since VS Code cannot start our forwarder from launch.json.
+ * A launch.json entry for users who keep their own configs: the extension's own attach,
+ * which runs from launch.json as well (VS Code's debugpy cannot attach to a unix socket,
+ * so `raydbg forward --unix` is for other clients; docs/vscode.md).
  */
-export function launchSnippet(opts: { session: SessionRecord; gatewayAddress: string; port?: number; pathMappings: readonly PathMapping[] }): string {
-  const port = opts.port ?? 5678;
-  const cfg: Partial<AttachConfig> = buildAttachConfig({ session: opts.session, port, pathMappings: opts.pathMappings });
-  delete cfg.raydbgSessionId; // only meaningful for debug sessions the extension starts
+export function launchSnippet(opts: { session: SessionRecord; cluster: string; pathMappings: readonly PathMapping[] }): string {
+  const cfg = buildAttachConfig({ session: opts.session, cluster: opts.cluster, pathMappings: opts.pathMappings });
   const body = JSON.stringify(cfg, null, 2);
-  return `// First run: raydbg forward ${opts.session.id} --port ${port} --address ${opts.gatewayAddress}\n${body}`;
+  return `// Ray attach, no local port: "raydbgCluster" is a cluster of your user settings; a session id lasts one pause.\n${body}`;
 }

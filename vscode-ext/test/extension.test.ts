@@ -1,17 +1,20 @@
 /**
  * Activates the real extension against a stubbed `vscode` module and a real fake gateway:
- * the view, the commands, the status bar, and Attach -> startDebugging -> forwarder.
+ * the view, the commands, the status bar, and Attach -> startDebugging -> the inline
+ * debug adapter relaying to the gateway (with no listening socket anywhere).
  */
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
-import * as net from "node:net";
 import { join } from "node:path";
 import { after, before, test } from "node:test";
 import type { RaydbgApi } from "../src/extension";
 import type { ViewItem } from "../src/treeModel";
-import { FakeGateway, record, waitFor } from "./helpers/fakeGateway";
+import type { DapMessage } from "../src/dapFraming";
+import type { InlineDebugAdapter } from "../src/dapRelay";
 import { activateExtension } from "./helpers/activate";
-import type { makeVscodeStub } from "./helpers/vscodeStub";
+import { FakeGateway, fakeDebugpy, record, waitFor } from "./helpers/fakeGateway";
+import { listeningSockets, newListeners } from "./helpers/listeners";
+import { DebugAdapterInlineImplementation, type makeVscodeStub, type StartedSession } from "./helpers/vscodeStub";
 
 interface PackageJson {
   activationEvents: string[];
@@ -22,6 +25,7 @@ interface PackageJson {
     viewsContainers: { activitybar: { id: string }[] };
     menus: Record<string, { command: string; when?: string }[]>;
     configuration: { properties: Record<string, unknown> };
+    debuggers: { type: string; languages: string[]; configurationAttributes: { attach: { required: string[] } } }[];
   };
 }
 const pkg = JSON.parse(readFileSync(join(__dirname, "..", "..", "package.json"), "utf8")) as PackageJson;
@@ -63,6 +67,9 @@ test("package.json: main is the compiled entry, view and container exist", () =>
   for (const k of ["raydbg.clusters", "raydbg.refreshInterval", "raydbg.pathMappings"]) assert.ok(k in pkg.contributes.configuration.properties, k);
   // Clusters decide where tokens go: VS Code must not take them from a workspace.
   assert.equal((pkg.contributes.configuration.properties["raydbg.clusters"] as { scope?: string }).scope, "application");
+  // Attach is the extension's own debug type (VS Code refuses a type no extension declares).
+  assert.deepEqual(pkg.contributes.debuggers.map((d) => [d.type, d.languages, d.configurationAttributes.attach.required]), [["raydbg", ["python"], ["raydbgCluster", "raydbgSessionId"]]]);
+  assert.ok(pkg.activationEvents.includes("onDebugResolve:raydbg"));
 });
 
 test("activation registers the view and exactly the contributed commands", () => {
@@ -89,41 +96,91 @@ test("menus match the contextValues the tree model gives items", async () => {
   assert.deepEqual(stub.rec.statusBar, { text: "$(debug-pause) 1 paused", visible: true, command: "raydbg.sessions.focus" });
 });
 
-test("Attach starts a forwarder and calls startDebugging with the debugpy attach config", async () => {
+/** The inline adapter VS Code got for a started debug session (the stub asks the factory, as VS Code does). */
+function inlineAdapter(started: StartedSession | undefined): InlineDebugAdapter {
+  assert.ok(started?.descriptor instanceof DebugAdapterInlineImplementation, `no inline adapter: ${started?.factoryError ?? "no descriptor"}`);
+  return started.descriptor.implementation as InlineDebugAdapter;
+}
+
+/** What VS Code sends first: initialize, then attach with the whole configuration as arguments. */
+async function handshake(adapter: InlineDebugAdapter, config: Record<string, unknown>): Promise<DapMessage[]> {
+  const got: DapMessage[] = [];
+  adapter.onDidSendMessage((m) => got.push(m));
+  adapter.handleMessage({ seq: 1, type: "request", command: "initialize", arguments: { clientID: "vscode", adapterID: "raydbg" } });
+  adapter.handleMessage({ seq: 2, type: "request", command: "attach", arguments: { ...config, __sessionId: "ds-1" } });
+  await waitFor(() => got.length === 3, 3000, "initialize and attach answered, initialized sent");
+  return got;
+}
+
+test("Attach: a raydbg debug session whose inline adapter relays DAP through the gateway; nothing listens", async () => {
   await waitFor(() => sessionItems().length === 1, 5000, "session in the view");
+  const debugpy: DapMessage[] = [];
+  let relayClosed: number | undefined;
+  gw.onRelay = (ws) => {
+    fakeDebugpy(debugpy)(ws);
+    ws.on("close", (code: number) => (relayClosed = code));
+  };
+  const listening = listeningSockets();
   const ok = await stub.rec.commands.get("raydbg.attach")?.(sessionItems()[0]);
   assert.equal(ok, true);
-  assert.equal(stub.rec.started.length, 1);
-  const { folder, config } = stub.rec.started[0];
-  assert.deepEqual(folder, { uri: { fsPath: "/home/me/proj" }, name: "ws", index: 0 });
-  const port = (config.connect as { port: number }).port;
+  assert.deepEqual(newListeners(listening), [], "Attach opened a listening socket");
+  const started = stub.rec.started.at(-1);
+  assert.deepEqual(started?.folder, { uri: { fsPath: "/home/me/proj" }, name: "ws", index: 0 });
+  const config = started?.config ?? {};
   assert.deepEqual(config, {
-    type: "debugpy",
+    type: "raydbg",
     request: "attach",
     name: "Ray: train_step (s1)",
-    connect: { host: "127.0.0.1", port },
     pathMappings: [{ localRoot: "/home/me/proj", remoteRoot: "/srv/job" }],
     justMyCode: false,
     raydbgSessionId: "s1",
     raydbgCluster: "local",
   });
-  // The port relays to the gateway's DAP endpoint for s1 (the fake gateway echoes).
-  const sock = net.connect(port, "127.0.0.1");
-  sock.write("ping");
-  const echoed = await new Promise<string>((r) => sock.once("data", (d: Buffer) => r(d.toString())));
-  assert.equal(echoed, "ping");
+  const got = await handshake(inlineAdapter(started), config);
+  assert.deepEqual(got.map((m) => [m.type, m.command ?? m.event, m.success]), [
+    ["response", "initialize", true],
+    ["response", "attach", true],
+    ["event", "initialized", undefined],
+  ]);
+  // debugpy got the attach arguments exactly as VS Code sent them, over s1's relay with the cluster's token.
+  assert.deepEqual(debugpy[1].arguments, { ...config, __sessionId: "ds-1" });
   assert.equal(gw.upgrades.at(-1)?.url, "/api/v1/sessions/s1/dap");
-  sock.destroy();
+  assert.equal(gw.upgrades.at(-1)?.headers.authorization, "Bearer s3cret");
+  assert.deepEqual(newListeners(listening), [], "something listens while attached");
   // A second Attach of the same session is refused while the first is alive.
   assert.equal(await stub.rec.commands.get("raydbg.attach")?.(sessionItems()[0]), false);
-  // Ending the debug session stops the forwarder.
-  stub.debugTerminated.fire({ configuration: config });
-  await waitFor(() => api.attached.size === 0, 3000, "forwarder released");
-  await new Promise<void>((resolve, reject) => {
-    const s = net.connect(port, "127.0.0.1");
-    s.on("connect", () => reject(new Error("forwarder still listening")));
-    s.on("error", () => resolve());
-  });
+  // Ending the debug session closes the relay, so the gateway detaches from the worker.
+  stub.endDebugSession(started);
+  await waitFor(() => api.attached.size === 0, 3000, "relay released");
+  await waitFor(() => relayClosed === 1000, 3000, "relay closed normally");
+});
+
+test("a launch.json configuration of type raydbg runs the same adapter; a bad one is refused in one line", async () => {
+  const debugpy: DapMessage[] = [];
+  gw.onRelay = fakeDebugpy(debugpy);
+  const text = await (async () => {
+    await stub.rec.commands.get("raydbg.copyLaunchConfig")?.(sessionItems()[0]);
+    return stub.rec.clipboard.at(-1) ?? "";
+  })();
+  // The snippet as a user pastes it: VS Code resolves ${workspaceFolder}, then starts it.
+  const config = JSON.parse(text.split("\n").slice(1).join("\n").split("${workspaceFolder}").join("/home/me/proj")) as Record<string, unknown>;
+  assert.equal(await stub.vscode.debug.startDebugging(undefined, config), true);
+  const started = stub.rec.started.at(-1);
+  await handshake(inlineAdapter(started), config);
+  assert.deepEqual(debugpy[1].arguments, { ...config, __sessionId: "ds-1" });
+  assert.equal(gw.upgrades.at(-1)?.url, "/api/v1/sessions/s1/dap");
+  assert.ok(api.attached.has("s1"));
+  stub.endDebugSession(started as StartedSession);
+  await waitFor(() => api.attached.size === 0, 3000, "relay released");
+
+  const refused = async (over: Record<string, unknown>) => {
+    assert.equal(await stub.vscode.debug.startDebugging(undefined, { ...config, ...over }), false);
+    return stub.rec.started.at(-1)?.factoryError ?? "";
+  };
+  assert.equal(await refused({ raydbgCluster: "nope" }), `cluster "nope" is not configured or not connected; check raydbg.clusters (user settings) and its token`);
+  assert.match(await refused({ raydbgSessionId: ".." }), /^a raydbg attach configuration needs "raydbgSessionId", a paused session's id .*; got "\.\."$/);
+  assert.match(await refused({ raydbgCluster: undefined }), /^a raydbg attach configuration needs "raydbgCluster"/);
+  assert.equal(api.attached.size, 0);
 });
 
 test("a new pause shows a notification with an Attach button", async () => {
@@ -135,9 +192,12 @@ test("a new pause shows a notification with an Attach button", async () => {
   assert.equal(stub.rec.statusBar.text, "$(debug-pause) 2 paused");
 });
 
-test("Copy launch.json snippet puts a debugpy config on the clipboard", async () => {
+test("Copy launch.json snippet puts the extension's own attach config on the clipboard", async () => {
   await stub.rec.commands.get("raydbg.copyLaunchConfig")?.(sessionItems()[0]);
-  assert.match(stub.rec.clipboard.at(-1) ?? "", /^\/\/ First run: raydbg forward s1 --port 5678 --address 127\.0\.0\.1:\d+\n\{/);
+  const [first, ...rest] = (stub.rec.clipboard.at(-1) ?? "").split("\n");
+  assert.match(first, /^\/\/ Ray attach, no local port/);
+  const cfg = JSON.parse(rest.join("\n")) as Record<string, unknown>;
+  assert.deepEqual([cfg.type, cfg.request, cfg.raydbgCluster, cfg.raydbgSessionId], ["raydbg", "attach", "local", "s1"]);
 });
 
 test("Add Cluster stores the token for its address and the cluster in user settings; a wrong token shows in the view", async () => {

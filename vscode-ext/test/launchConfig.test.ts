@@ -6,13 +6,12 @@ import { record } from "./helpers/fakeGateway";
 
 const session = parseSessionRecord(record({ id: "abc123abc123", cwd: "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_9" })) as SessionRecord;
 
-test("attach config is debugpy attach to the local forwarder, justMyCode off", () => {
-  const cfg = buildAttachConfig({ session, port: 45123, pathMappings: [], workspaceFolder: "/home/me/proj", cluster: "prod" });
+test("attach config is the extension's own type naming cluster and session, no host or port, justMyCode off", () => {
+  const cfg = buildAttachConfig({ session, pathMappings: [], workspaceFolder: "/home/me/proj", cluster: "prod" });
   assert.deepEqual(cfg, {
-    type: "debugpy",
+    type: "raydbg",
     request: "attach",
     name: "Ray: train_step (abc123abc123)",
-    connect: { host: "127.0.0.1", port: 45123 },
     pathMappings: [{ localRoot: "/home/me/proj", remoteRoot: "/tmp/ray/session_1/runtime_resources/working_dir_files/_ray_pkg_9" }],
     justMyCode: false,
     raydbgSessionId: "abc123abc123",
@@ -42,18 +41,20 @@ test("configured mappings replace the default; ${sessionCwd} and ${workspaceFold
   assert.deepEqual(resolvePathMappings({ ...session, cwd: null }, maps, "/p"), [maps[1]]);
 });
 
-test("a port that is not a TCP port is refused", () => {
-  assert.throws(() => buildAttachConfig({ session, port: 0, pathMappings: [] }), RangeError);
-  assert.throws(() => buildAttachConfig({ session, port: 70000, pathMappings: [] }), RangeError);
-});
-
-test("launch.json snippet: attaches via raydbg forward, valid JSON after the comment", () => {
-  const text = launchSnippet({ session, gatewayAddress: "head:8266", pathMappings: [] });
+test("launch.json snippet: the extension's own attach (no port), valid JSON after the comment", () => {
+  const text = launchSnippet({ session, cluster: "prod", pathMappings: [] });
   const [first, ...rest] = text.split("\n");
-  assert.equal(first, "// First run: raydbg forward abc123abc123 --port 5678 --address head:8266");
+  assert.match(first, /^\/\/ Ray attach, no local port: "raydbgCluster" is a cluster of your user settings/);
   const cfg = JSON.parse(rest.join("\n")) as Record<string, unknown>;
-  assert.deepEqual(cfg.connect, { host: "127.0.0.1", port: 5678 });
-  assert.deepEqual(cfg.pathMappings, [{ localRoot: "${workspaceFolder}", remoteRoot: session.cwd }]);
-  assert.equal(cfg.raydbgSessionId, undefined);
-  assert.equal(cfg.type, "debugpy");
+  assert.deepEqual(cfg, {
+    type: "raydbg",
+    request: "attach",
+    name: "Ray: train_step (abc123abc123)",
+    // ${workspaceFolder} is left for VS Code to resolve when the launch.json runs.
+    pathMappings: [{ localRoot: "${workspaceFolder}", remoteRoot: session.cwd }],
+    justMyCode: false,
+    raydbgSessionId: "abc123abc123",
+    raydbgCluster: "prod",
+  });
+  assert.doesNotMatch(text, /"port"|127\.0\.0\.1|raydbg forward/);
 });

@@ -115,7 +115,7 @@ test("an attachable answer attaches through the given attach path, at once", asy
   const other = fake(() => Promise.resolve(answer(pausedRank())));
   await pauseAndAttach(other.deps, { ...T, job: null });
   assert.deepEqual(other.seen.posts, [["sd-train:2", null]]);
-  // An attach that fails (the forwarder, VS Code) is a failure.
+  // An attach that fails (the relay, VS Code) is a failure.
   assert.equal(await pauseAndAttach(fake(() => Promise.resolve(answer(pausedRank())), false).deps, T), "failed");
 });
 

@@ -106,7 +106,7 @@ test("Pause and Attach on a rank: POST /api/v1/pause RUN:RANK with the job, then
   assert.equal(outcome, "attached");
   assert.deepEqual(gw.pauses.at(-1), { target: "sd-train:2", wait_s: 5, job: JOB });
   const cfg = stub.rec.started.at(-1)?.config;
-  assert.deepEqual([cfg?.type, cfg?.request, cfg?.raydbgSessionId, cfg?.raydbgCluster], ["debugpy", "attach", "p2", "local"]);
+  assert.deepEqual([cfg?.type, cfg?.request, cfg?.raydbgSessionId, cfg?.raydbgCluster], ["raydbg", "attach", "p2", "local"]);
   assert.ok(api.attached.has("p2"));
   // The run now has a paused rank: the node says so, the rank is the session.
   await waitFor(() => runNode()?.label === "run sd-train (1/4 ranks paused)", 5000, "run with the paused rank");

@@ -1,9 +1,5 @@
 import assert from "node:assert/strict";
-import { chmodSync, chownSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
-import { after, test } from "node:test";
-import { readLocalGateway } from "../src/localGateway";
+import { test } from "node:test";
 import { addressKey } from "../src/settings";
 import { resolveToken, TokenSources } from "../src/token";
 import { migrateLegacySecrets, secretKey } from "../src/tokenStore";
@@ -60,37 +56,6 @@ test("Ray's token and the head's token file go only to the local Ray session's g
   }
   assert.ok("error" in (await resolve({ localGateway: null })));
   assert.ok("error" in (await resolve({ address: null, localGateway: "gw:8266", tokenFromEnv: true })));
-});
-
-const dir = mkdtempSync(join(tmpdir(), "raydbg-localgw-"));
-after(() => rmSync(dir, { recursive: true, force: true }));
-
-test("the local gateway file counts only when it is ours and closed to others", async () => {
-  const path = join(dir, "gateway.json");
-  writeFileSync(path, JSON.stringify({ address: "10.0.0.5:8266", node_id: "n" }), { mode: 0o644 });
-  chmodSync(path, 0o644);
-  const uid = process.getuid?.() ?? 0;
-  assert.equal(await readLocalGateway(path, uid), "10.0.0.5:8266");
-  assert.equal(await readLocalGateway(path, uid + 1), null, "another user's file");
-  chmodSync(path, 0o664);
-  assert.equal(await readLocalGateway(path, uid), null, "group-writable");
-  chmodSync(path, 0o646);
-  assert.equal(await readLocalGateway(path, uid), null, "world-writable");
-  chmodSync(path, 0o600);
-  const link = join(dir, "link.json");
-  symlinkSync(path, link);
-  assert.equal(await readLocalGateway(link, uid), null, "a symlink");
-  assert.equal(await readLocalGateway(join(dir, "missing.json"), uid), null);
-  writeFileSync(path, "{not json");
-  assert.equal(await readLocalGateway(path, uid), null);
-  assert.equal(await readLocalGateway(path, undefined), null, "no uid to check against");
-});
-
-test("a gateway file another user owns is refused for real (needs root to chown)", { skip: process.getuid?.() !== 0 }, async () => {
-  const path = join(dir, "theirs.json");
-  writeFileSync(path, JSON.stringify({ address: "10.0.0.6:8266" }), { mode: 0o644 });
-  chownSync(path, 65534, 65534);
-  assert.equal(await readLocalGateway(path), null);
 });
 
 test("name-keyed tokens of earlier builds move to their cluster's address", async () => {

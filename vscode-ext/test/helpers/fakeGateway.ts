@@ -7,6 +7,7 @@ import * as http from "node:http";
 import * as net from "node:net";
 import { AddressInfo } from "node:net";
 import WebSocket, { WebSocketServer } from "ws";
+import { DapFrameReader, DapMessage, encodeDap } from "../../src/dapFraming";
 
 export interface UpgradeSeen {
   url: string;
@@ -284,4 +285,26 @@ export async function waitFor(cond: () => boolean, ms = 3000, what = "condition"
     if (Date.now() - t0 > ms) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 5));
   }
+}
+
+/**
+ * A relay handler that plays debugpy behind the gateway: every request it gets is kept
+ * in `requests` and answered with success (initialize with capabilities), and attach is
+ * followed by the `initialized` event, as debugpy does.
+ */
+export function fakeDebugpy(requests: DapMessage[]): (ws: WebSocket) => void {
+  return (ws) => {
+    const frames = new DapFrameReader();
+    let seq = 0;
+    const send = (m: object) => ws.send(encodeDap({ seq: ++seq, ...m }), { binary: true });
+    ws.on("message", (data: Buffer) => {
+      for (const m of frames.push(data)) {
+        if (m.type !== "request") continue;
+        requests.push(m);
+        const body = m.command === "initialize" ? { supportsConfigurationDoneRequest: true } : {};
+        send({ type: "response", request_seq: m.seq, command: m.command, success: true, body });
+        if (m.command === "attach") send({ type: "event", event: "initialized" });
+      }
+    });
+  };
 }

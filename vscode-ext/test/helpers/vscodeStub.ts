@@ -37,11 +37,29 @@ export class ThemeIcon {
   constructor(public id: string) {}
 }
 
+/** vscode.DebugAdapterInlineImplementation: VS Code runs `implementation` in-process. */
+export class DebugAdapterInlineImplementation {
+  constructor(public implementation: unknown) {}
+}
+
+interface AdapterFactory {
+  createDebugAdapterDescriptor(session: { id: string; type: string; name: string; configuration: Record<string, unknown> }): unknown;
+}
+
+/** A debug session the extension started, with what its adapter factory gave for it (as VS Code asks it). */
+export interface StartedSession {
+  folder: unknown;
+  config: Record<string, unknown>;
+  descriptor?: unknown;
+  /** The factory threw: VS Code shows this and startDebugging gives false. */
+  factoryError?: string;
+}
+
 export interface Recorded {
   commands: Map<string, (...args: unknown[]) => unknown>;
   executed: unknown[][];
   views: { id: string; options: { treeDataProvider: unknown } }[];
-  started: { folder: unknown; config: Record<string, unknown> }[];
+  started: StartedSession[];
   messages: { level: string; text: string; items: string[] }[];
   inputs: (string | undefined)[];
   configUpdates: { key: string; value: unknown; target: number }[];
@@ -77,6 +95,7 @@ export function makeVscodeStub(opts: {
     documents: [],
     statusBar: { text: "", visible: false },
   };
+  const adapterFactories = new Map<string, AdapterFactory>();
   const providers = new Map<string, { provideTextDocumentContent(uri: { scheme: string; path: string }): string }>();
   const config = { ...opts.config };
   const workspaceConfig = { ...opts.workspaceConfig };
@@ -99,6 +118,7 @@ export function makeVscodeStub(opts: {
     EventEmitter,
     TreeItem,
     ThemeIcon,
+    DebugAdapterInlineImplementation,
     TreeItemCollapsibleState: { None: 0, Collapsed: 1, Expanded: 2 },
     ProgressLocation: { SourceControl: 1, Window: 10, Notification: 15 },
     Uri: {
@@ -172,9 +192,25 @@ export function makeVscodeStub(opts: {
       },
     },
     debug: {
-      startDebugging: (folder: unknown, config: Record<string, unknown>) => {
-        rec.started.push({ folder, config });
-        return Promise.resolve(opts.startResult ?? true);
+      // As VS Code: the factory registered for the config's type makes the adapter first.
+      startDebugging: async (folder: unknown, config: Record<string, unknown>) => {
+        const started: StartedSession = { folder, config };
+        rec.started.push(started);
+        const factory = adapterFactories.get(String(config.type));
+        if (factory) {
+          try {
+            started.descriptor = await factory.createDebugAdapterDescriptor({ id: `ds${rec.started.length}`, type: String(config.type), name: String(config.name), configuration: config });
+          } catch (e) {
+            started.factoryError = (e as Error).message;
+            return false;
+          }
+        }
+        return opts.startResult ?? true;
+      },
+      registerDebugAdapterDescriptorFactory: (type: string, factory: AdapterFactory) => {
+        if (adapterFactories.has(type)) throw new Error(`a DebugAdapterDescriptorFactory can only be registered once per type (${type})`);
+        adapterFactories.set(type, factory);
+        return { dispose: () => adapterFactories.delete(type) };
       },
       onDidTerminateDebugSession: debugTerminated.event,
       get breakpoints() {
@@ -240,7 +276,14 @@ export function makeVscodeStub(opts: {
     configChanged.fire({ affectsConfiguration: (s: string) => key.startsWith(s) });
   };
 
-  return { vscode, context, rec, secrets, debugTerminated, visibility, expanded, collapsed, config, workspaceConfig, editSettings, setBreakpoints, workspaceState };
+  /** End a started debug session as VS Code does: dispose its inline adapter, then tell the extensions. */
+  const endDebugSession = (started: StartedSession) => {
+    const impl = (started.descriptor as DebugAdapterInlineImplementation | undefined)?.implementation as { dispose?(): void } | undefined;
+    impl?.dispose?.();
+    debugTerminated.fire({ configuration: started.config });
+  };
+
+  return { vscode, context, rec, secrets, debugTerminated, endDebugSession, visibility, expanded, collapsed, config, workspaceConfig, editSettings, setBreakpoints, workspaceState };
 }
 
 /** Make `require("vscode")` return `stub` for modules loaded after this call. */
