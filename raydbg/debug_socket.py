@@ -13,19 +13,18 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import tempfile
 import threading
 from pathlib import Path
 
 from raydbg.local_peer import peer_credentials
-from raydbg.private_dir import UnsafeDirError, check_private, private_dir
+from raydbg.private_dir import UnsafeDirError, check_private, runtime_dir
 
 __all__ = ["Door", "UnsafeDirError", "expected_path", "peer_credentials", "socket_path"]
 
 log = logging.getLogger("raydbg.worker")
 
 def socket_dir() -> Path:
-    return private_dir(tempfile.gettempdir(), "debug")
+    return runtime_dir("debug")
 
 
 def socket_path(pid: int) -> Path:

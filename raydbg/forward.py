@@ -12,7 +12,6 @@ import asyncio
 import logging
 import os
 import stat
-import tempfile
 from pathlib import Path
 
 import aiohttp
@@ -20,7 +19,7 @@ import aiohttp
 from raydbg import telemetry
 from raydbg.client import Gateway, GatewayError
 from raydbg.local_peer import peer_uid
-from raydbg.private_dir import UnsafeDirError, check_private, private_dir
+from raydbg.private_dir import UnsafeDirError, check_private, runtime_dir
 
 log = logging.getLogger("raydbg")
 
@@ -58,7 +57,7 @@ async def _pipe_out(ws: aiohttp.ClientWebSocketResponse, writer: asyncio.StreamW
 
 def default_unix_path(session_id: str) -> Path:
     """`<tmp>/raydbg-<uid>/forward/<session>.sock`: a private directory of ours."""
-    return private_dir(tempfile.gettempdir(), "forward") / f"{session_id[:16]}.sock"
+    return runtime_dir("forward") / f"{session_id[:16]}.sock"
 
 
 def _private_socket_path(path: Path) -> Path:

@@ -55,17 +55,29 @@ def _sockaddr(name: tuple[str, int] | tuple[str, int, int, int]) -> Address:
     return _normal(name[0]), int(name[1])
 
 
+def table_forms(address: Address) -> set[str]:
+    """Every way the kernel may print `address` in its tables: the IPv4 form and, for an
+    IPv4 address, its IPv4-mapped IPv6 form (a socket of an AF_INET6 client)."""
+    ip, port = address
+    forms: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = {ip}
+    if isinstance(ip, ipaddress.IPv4Address):
+        forms.add(ipaddress.IPv6Address(b"\0" * 10 + b"\xff\xff" + ip.packed))
+    out = set()
+    for addr in forms:
+        raw = addr.packed
+        words = struct.unpack(f"={len(raw) // 4}I", raw)
+        out.add("".join(f"{w:08X}" for w in words) + f":{port:04X}")
+    return out
+
+
 def owner_in_tables(peer: Address, local: Address, lines: Iterable[str]) -> int | None:
-    """The uid of the ESTABLISHED socket whose own address is `peer` and remote is `local`."""
+    """The uid of the ESTABLISHED socket whose own address is `peer` and remote is `local`.
+    Compared as the kernel prints them (no parse per line: the tables hold every socket)."""
+    peers, locals_ = table_forms(peer), table_forms(local)
     for line in lines:
         fields = line.split()
-        if len(fields) < 8 or fields[3] != ESTABLISHED:
-            continue
-        try:
-            if parse_table_address(fields[1]) == peer and parse_table_address(fields[2]) == local:
-                return int(fields[7])
-        except ValueError:
-            continue  # the header line, or a line this parser does not know
+        if len(fields) >= 8 and fields[3] == ESTABLISHED and fields[1] in peers and fields[2] in locals_:
+            return int(fields[7])
     return None
 
 

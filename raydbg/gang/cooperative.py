@@ -38,7 +38,6 @@ import re
 import signal
 import stat
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -61,9 +60,9 @@ _listening: dict[str, Any] = {}
 
 
 def stacks_dir() -> Path:
-    from raydbg.private_dir import private_dir
+    from raydbg.private_dir import private_dir, temp_base
 
-    return private_dir(os.environ.get("RAYDBG_STACKS_DIR") or tempfile.gettempdir(), "stacks")
+    return private_dir(os.environ.get("RAYDBG_STACKS_DIR") or temp_base(), "stacks")
 
 
 def start_ticks(pid: int) -> str:

@@ -12,7 +12,6 @@ import glob
 import json
 import os
 import statistics
-import tempfile
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ def default_dirs() -> list[str]:
     dirs: list[str] = []
     if os.environ.get("RAYDBG_TELEMETRY_DIR"):
         dirs.append(os.environ["RAYDBG_TELEMETRY_DIR"])
-    ray_tmp = os.environ.get("RAY_TMPDIR") or os.path.join(tempfile.gettempdir(), "ray")
+    ray_tmp = os.environ.get("RAY_TMPDIR") or os.path.join(private_dir.temp_base(), "ray")
     try:  # only the session's name comes from Ray's shared folder
         latest = os.readlink(os.path.join(ray_tmp, "session_latest"))
         dirs.append(str(private_dir.session_path(latest, "telemetry")))
