@@ -319,7 +319,7 @@ def analyze(ranks: Mapping[int, Mapping[str, Any]], world_size: int | None = Non
         mismatches += odd
     hops += _p2p_hops(inp, groups)
     for h in hops:
-        h.label = groups[h.group].label if h.group in groups else "point-to-point"
+        h.label = groups[h.group].label if h.group in groups else (f"group {h.group}" if h.group else "point-to-point")
     waiting = {r for h in hops for r in h.ranks}
     waited = {k for h in hops for k in h.on}
     tied = {m for mm in mismatches for m in mm["odd"] if not any(h.kind == "mismatch" and h.group == mm["group"]
