@@ -38,7 +38,7 @@ def ranks_text(ranks: Sequence[int]) -> str:
     rs = sorted(set(ranks))
     if len(rs) > 2:
         step = rs[1] - rs[0]
-        if all(rs[i + 1] - rs[i] == step for i in range(len(rs) - 1)):
+        if all(rs[i + 1] - rs[i] == step for i in range(len(rs) - 1)) and (step == 1 or len(rs) > 8):
             return f"{rs[0]}-{rs[-1]}" if step == 1 else f"{rs[0]},{rs[1]},...,{rs[-1]} ({len(rs)} ranks)"
     if len(rs) <= 8:
         return ",".join(map(str, rs))
@@ -103,38 +103,45 @@ class _Inputs:
     views: dict[int, Mapping[str, Any] | None] = field(default_factory=dict)
     tables: dict[int, Mapping[str, Any]] = field(default_factory=dict)
     p2p: dict[int, list[Mapping[str, Any]]] = field(default_factory=dict)
+    seen: dict[str, list[int]] = field(default_factory=dict)  # group -> ranks whose view has it
+    descs: dict[str, str | None] = field(default_factory=dict)
+    waiting: set[str] = field(default_factory=set)  # groups where some rank waits in a collective
 
 
 def _inputs(ranks: Mapping[int, Mapping[str, Any]]) -> _Inputs:
     out = _Inputs()
     for rank, got in ranks.items():
-        out.views[rank] = got.get("collectives")
+        view = got.get("collectives")
+        out.views[rank] = view
         if isinstance(got.get("process_groups"), dict):
             out.tables[rank] = got["process_groups"]
         if isinstance(got.get("p2p_waits"), list):
             out.p2p[rank] = got["p2p_waits"]
+        for name, g in (view or {}).items():
+            out.seen.setdefault(name, []).append(rank)
+            if name not in out.descs:
+                out.descs[name] = g.get("desc") if isinstance(g, dict) else None
+            if name not in out.waiting and _waits_in(g):
+                out.waiting.add(name)
     return out
 
 
 def groups_of(ranks: Mapping[int, Mapping[str, Any]], world_size: int | None = None) -> dict[str, Group]:
     """Every group of the run: members from the ranks' own tables; a group seen only in views
     has the ranks that reported it (the world group: every rank)."""
-    inp = _inputs(ranks)
+    return _groups(_inputs(ranks), world_size)
+
+
+def _groups(inp: _Inputs, world_size: int | None) -> dict[str, Group]:
     groups: dict[str, Group] = {}
     for table in inp.tables.values():
         for name, g in table.items():
             if name not in groups and isinstance(g, dict) and (members := expand_ranks(g.get("ranks"))):
                 groups[name] = Group(str(name), g.get("desc") if isinstance(g.get("desc"), str) else None, members)
-    seen: dict[str, list[int]] = {}
-    descs: dict[str, str | None] = {}
-    for rank, view in inp.views.items():
-        for name, g in (view or {}).items():
-            seen.setdefault(name, []).append(rank)
-            descs.setdefault(name, g.get("desc") if isinstance(g, dict) else None)
     everyone = list(range(world_size)) if world_size else sorted(inp.views)
-    for name, members in seen.items():
+    for name, members in inp.seen.items():
         if name not in groups:
-            desc = descs.get(name) or (WORLD_DESC if name == WORLD_DESC else None)  # views before group names
+            desc = inp.descs.get(name) or (WORLD_DESC if name == WORLD_DESC else None)  # views before group names
             groups[name] = Group(name, desc, everyone if desc == WORLD_DESC else sorted(members))
     return groups
 
@@ -229,11 +236,17 @@ def _p2p_hops(inp: _Inputs, groups: Mapping[str, Group]) -> list[Wait]:
 def _cycles(hops: Sequence[Wait]) -> list[dict[str, Any]]:
     """Deadlocks: each strongly connected set of ranks (Tarjan, iterative, over ranks and hops)
     as one cycle through it, from its lowest rank."""
+    # Only a rank that waits and is waited for can be on a cycle: the rest is left out.
+    inner = {r for h in hops for r in h.ranks} & {k for h in hops for k in h.on}
     out_of: dict[Any, list[Any]] = {}
     for i, h in enumerate(hops):
+        on = [("r", k) for k in h.on if k in inner]
+        if not on:
+            continue
         for r in h.ranks:
-            out_of.setdefault(("r", r), []).append(("h", i))
-        out_of[("h", i)] = [("r", k) for k in h.on]
+            if r in inner:
+                out_of.setdefault(("r", r), []).append(("h", i))
+        out_of[("h", i)] = on
     index: dict[Any, int] = {}
     low: dict[Any, int] = {}
     on_stack: set[Any] = set()
@@ -309,11 +322,11 @@ def analyze(ranks: Mapping[int, Mapping[str, Any]], world_size: int | None = Non
     """The run's graph: `waits` (hops), `culprits` (roots), `deadlocks` (cycles), `mismatches`,
     `groups` (name -> label). `ranks`: world rank -> {collectives, process_groups, p2p_waits}."""
     inp = _inputs(ranks)
-    groups = groups_of(ranks, world_size)
+    groups = _groups(inp, world_size)
     hops: list[Wait] = []
     mismatches: list[dict[str, Any]] = []
     known = set(ranks)
-    for name in sorted(groups, key=lambda n: (not groups[n].is_world, n)):
+    for name in sorted(inp.waiting & set(groups), key=lambda n: (not groups[n].is_world, n)):
         got, odd = _group_waits(groups[name], inp, known)
         hops += got
         mismatches += odd
@@ -338,8 +351,15 @@ def _hop_line(h: Mapping[str, Any]) -> str:
     return f"{_who(h['ranks'])} {'waits' if n == 1 else 'wait'} in {what} ({h['group_label']}) for {ranks_text(h['on'])}{note}"
 
 
-def _order(found: Mapping[str, Any]) -> list[int]:
-    """Hop indices, outermost first: by distance to a culprit or a cycle, longest first."""
+def _kind_of_group(label: str) -> str:
+    """'group dp [0,32,...]' -> 'group dp': what hops of sibling groups have in common."""
+    return label.split(" [", 1)[0]
+
+
+def _order(found: Mapping[str, Any]) -> list[list[int]]:
+    """Hop indices, outermost first (by distance to a culprit or a cycle, longest first), in
+    runs of alike hops: the same op and sequence id in sibling groups (the data-parallel
+    groups of every other replica), which `chain` says in one line."""
     hops = found["waits"]
     ends = set(found["culprits"]) | {r for d in found["deadlocks"] for r in d["all"]}
     into: dict[int, list[int]] = {}
@@ -361,16 +381,42 @@ def _order(found: Mapping[str, Any]) -> list[int]:
                         dist[r] = dist[k] + 1
                         nxt.append(r)
         frontier = nxt
-    return sorted(range(len(hops)), key=lambda i: (-hop_dist.get(i, 0), hops[i]["ranks"][0]))
+
+    def alike(i: int) -> tuple[Any, ...]:
+        h = hops[i]
+        return (h["kind"], h["op"], h["seq"] or 0, _kind_of_group(h["group_label"]))
+
+    by_kind: dict[tuple[Any, ...], list[int]] = {}
+    for i in range(len(hops)):
+        by_kind.setdefault(alike(i), []).append(i)
+    runs: list[list[int]] = []
+    for same in by_kind.values():
+        # Three or more, each in its own sibling group, read as one line; hops within one
+        # group (a chain of sends) and pairs read better apart.
+        siblings = len(same) > 2 and len({hops[i]["group"] for i in same}) == len(same)
+        runs += [same] if siblings else [[i] for i in same]
+    return sorted(runs, key=lambda run: (-max(hop_dist.get(i, 0) for i in run), min(hops[i]["ranks"][0] for i in run)))
+
+
+def _hops_line(hops: Sequence[Mapping[str, Any]]) -> str:
+    """One line for alike hops in sibling groups: '992 ranks ... wait in all_reduce #9 (32 groups dp) for ...'."""
+    if len(hops) == 1:
+        return _hop_line(hops[0])
+    ranks = sorted(r for h in hops for r in h["ranks"])
+    on = sorted({k for h in hops for k in h["on"]})
+    h = hops[0]
+    what = f"{h['op']} #{h['seq']}" if h.get("seq") is not None else str(h["op"])
+    groups = f"{len(hops)} {_kind_of_group(h['group_label']).replace('group', 'groups', 1)}"
+    return f"{_who(ranks)} wait in {what} ({groups}) for {ranks_text(on)}"
 
 
 def chain(found: Mapping[str, Any], where: Callable[[int], str | None]) -> list[str]:
-    """One line per hop, outermost first, then each deadlock's cycle and where each culprit is
-    (`where(rank)`: its stack summary, None: no stacks)."""
-    order = _order(found)
-    lines = [_hop_line(found["waits"][i]) for i in order[:MAX_CHAIN_LINES]]
-    if len(order) > MAX_CHAIN_LINES:
-        lines.append(f"... and {len(order) - MAX_CHAIN_LINES} more waits (--json: waits)")
+    """One line per hop (alike hops of sibling groups in one), outermost first, then each
+    deadlock's cycle and where each culprit is (`where(rank)`: its stack summary, None: no stacks)."""
+    runs = _order(found)
+    lines = [_hops_line([found["waits"][i] for i in run]) for run in runs[:MAX_CHAIN_LINES]]
+    if len(runs) > MAX_CHAIN_LINES:
+        lines.append(f"... and {sum(map(len, runs[MAX_CHAIN_LINES:]))} more waits (--json: waits)")
     for d in found["deadlocks"]:
         cycle = " -> ".join(map(str, [*d["ranks"], d["ranks"][0]]))
         lines.append(f"deadlock: ranks {cycle} wait on each other (a cycle: none of them can go on)")
