@@ -254,3 +254,11 @@ def test_run_summaries_carry_the_graph_and_each_ranks_groups_by_label() -> None:
     assert run["chain"][-1] == "rank 3 is in train_step train.py:43"
     assert run["ranks"][2]["collectives"]["2"]["label"] == "group [2,3]"
     assert run["ranks"][0]["collectives"]["0"]["label"] == "world"
+
+
+def test_malformed_views_are_read_as_no_collective_not_an_error() -> None:
+    """Views come from other processes (another raydbg version, a record cut to size)."""
+    views = {0: {WORLD: w(2, 1)}, 1: {WORLD: {"desc": "default_pg", "started": None, "completed": "x"}},
+             2: {WORLD: "cut", "5": {"p2p": ["x"]}}, 3: {WORLD: {"started": {"seq": "two"}}}, 4: "cut"}
+    found = wait_for.analyze(ranks_of(views, {r: table(4) for r in range(4)}), 4)
+    assert found["culprits"] == [1, 2, 3]

@@ -112,7 +112,7 @@ def _inputs(ranks: Mapping[int, Mapping[str, Any]]) -> _Inputs:
     out = _Inputs()
     for rank, got in ranks.items():
         view = got.get("collectives")
-        out.views[rank] = view
+        view = out.views[rank] = view if isinstance(view, dict) else None
         if isinstance(got.get("process_groups"), dict):
             out.tables[rank] = got["process_groups"]
         if isinstance(got.get("p2p_waits"), list):
@@ -146,10 +146,20 @@ def _groups(inp: _Inputs, world_size: int | None) -> dict[str, Group]:
     return groups
 
 
-def _waits_in(g: Mapping[str, Any]) -> bool:
+def _seq(brief: Any) -> int:
+    """A brief's sequence id; 0 for what is not one (a view from another raydbg, or cut)."""
+    try:
+        return int(brief["seq"])
+    except (KeyError, TypeError, ValueError):
+        return 0
+
+
+def _waits_in(g: Any) -> bool:
     """Started a collective that has not completed."""
-    started, done = int(g["started"]["seq"]), g.get("completed")
-    return started > 0 and (done is None or int(done["seq"]) < started)
+    if not isinstance(g, dict):
+        return False
+    started, done = _seq(g.get("started")), g.get("completed")
+    return started > 0 and (done is None or _seq(done) < started)
 
 
 def _signature(brief: Mapping[str, Any]) -> tuple[str, str]:
@@ -167,11 +177,11 @@ def _group_waits(group: Group, inp: _Inputs, ranks_known: set[int]) -> tuple[lis
     briefs: dict[int, Mapping[str, Any]] = {}
     for m in known:
         g = inp.views[m].get(group.name)  # type: ignore[union-attr]
-        if g is None:
+        if not isinstance(g, dict):
             started[m] = 0  # in the group (its table says so), no collective there yet
             continue
-        started[m] = int(g["started"]["seq"])
-        briefs[m] = g["started"]
+        started[m] = _seq(g.get("started"))
+        briefs[m] = g.get("started") or {}
         if _waits_in(g):
             waiting.setdefault(started[m], []).append(m)
     if not waiting:
@@ -196,7 +206,7 @@ def _group_waits(group: Group, inp: _Inputs, ranks_known: set[int]) -> tuple[lis
             mismatches.append({"group": group.name, "group_label": group.label, "seq": seq,
                                "ops": {f"{o} {s}": sorted(rs) for (o, s), rs in sigs.items()},
                                "odd": sorted(m for rs in sizes if rs is not majority for m in rs)})
-            if majority is not None:
+            if majority is not None and set(majority) & set(waiters):
                 others = sorted(m for rs in sizes[1:] for m in rs)
                 entered = " or ".join(f"{o} {s}" for (o, s), rs in sigs.items() if rs is not majority)
                 hops.append(Wait(sorted(set(majority) & set(waiters)), group.name, op, seq, "mismatch", others,
@@ -220,7 +230,7 @@ def _p2p_hops(inp: _Inputs, groups: Mapping[str, Group]) -> list[Wait]:
         for name, g in (view or {}).items():
             group = groups.get(name)
             for p in g.get("p2p") or [] if isinstance(g, dict) else []:
-                peer = p.get("peer")
+                peer = p.get("peer") if isinstance(p, dict) else None
                 if group is not None and isinstance(peer, int) and 0 <= peer < len(group.members):
                     pending.add((rank, str(p.get("op")), group.members[peer], name))
     mirror = {"send": "recv", "recv": "send"}

@@ -67,14 +67,16 @@ def _wait_graph(c: Cluster, name: str, done: Callable[[dict[str, Any]], bool], t
     """`raydbg stacks --run NAME --json` until the run's graph says `done` (the ranks have
     reached their waits: start-up on a loaded machine takes a while)."""
     deadline = time.monotonic() + timeout
-    run = None
+    seen: list[Any] = []  # each different answer, for the failure message
     while time.monotonic() < deadline:
         run = _run(c, name)
         if run is not None and len(run["ranks"]) == run["world_size"] and done(run):
             return run
+        got = run and {k: run.get(k) for k in ("culprits", "deadlocks", "chain", "collectives_seen")}
+        if not seen or seen[-1] != got:
+            seen.append(got)
         time.sleep(1.0)
-    raise AssertionError(f"run {name}: graph not as expected: "
-                         + json.dumps({k: (run or {}).get(k) for k in ("culprits", "deadlocks", "chain", "waits")}))
+    raise AssertionError(f"run {name}: graph not as expected; seen: {json.dumps(seen)}")
 
 
 def _matches(chain: list[str], patterns: list[str]) -> bool:
@@ -164,7 +166,7 @@ def test_two_groups_entered_in_opposite_orders_are_reported_as_a_deadlock(
     c, _ = cluster
     fit = Fit(_trainer(shape_targets.opposite_orders, "shape-deadlock", tmp_path, workers=3, stuck=None,
                        timeout_s=DEADLOCK_TIMEOUT_S, env={"RAYDBG_TRAIN_PG_TIMEOUT_S": "0"}))
-    chain = ["rank 0 waits in all_reduce #1 (group [0,1]) for 1", r"ranks 1,2 wait in all_reduce #\d+ \(world\) for 0",
+    chain = [re.escape("rank 0 waits in all_reduce #1 (group [0,1]) for 1"), r"ranks 1,2 wait in all_reduce #\d+ \(world\) for 0",
              re.escape("deadlock: ranks 0 -> 1 -> 0 wait on each other (a cycle: none of them can go on)")]
     run = _wait_graph(c, "shape-deadlock", lambda r: _matches(r["chain"], chain), timeout=240)
     assert run["culprits"] == [] and [d["ranks"] for d in run["deadlocks"]] == [[0, 1]]
