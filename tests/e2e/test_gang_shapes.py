@@ -10,6 +10,7 @@ checks the same shapes on raw gloo ranks in tests/test_gang_wait_for_oracle.py.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import time
@@ -58,9 +59,16 @@ def _trainer(fn: Any, name: str, tmp_path: Path, workers: int, stuck: int | None
 
 
 def _run(c: Cluster, name: str) -> dict[str, Any] | None:
+    """The run's RunSummary, each rank with its stack class's summary (`where`)."""
     out = c.cli("stacks", "--run", name, "--json", timeout=120)
-    runs = json.loads(out.stdout).get("runs") if out.returncode == 0 else None
-    return runs[0] if runs else None
+    answer = json.loads(out.stdout) if out.returncode == 0 else {}
+    runs = answer.get("runs")
+    if not runs:
+        return None
+    summaries = {cl["id"]: cl["summary"] for cl in answer.get("classes") or []}
+    for r in runs[0]["ranks"]:
+        r["where"] = summaries.get(r.get("class_id"))
+    return dict(runs[0])
 
 
 def _wait_graph(c: Cluster, name: str, done: Callable[[dict[str, Any]], bool], timeout: float = 300) -> dict[str, Any]:
@@ -72,7 +80,8 @@ def _wait_graph(c: Cluster, name: str, done: Callable[[dict[str, Any]], bool], t
         run = _run(c, name)
         if run is not None and len(run["ranks"]) == run["world_size"] and done(run):
             return run
-        got = run and {k: run.get(k) for k in ("culprits", "deadlocks", "chain", "collectives_seen")}
+        got = run and {**{k: run.get(k) for k in ("culprits", "deadlocks", "chain", "collectives_seen")},
+                       "where": [r["where"] for r in run["ranks"]]}
         if not seen or seen[-1] != got:
             seen.append(got)
         time.sleep(1.0)
@@ -88,6 +97,17 @@ def _release(tmp_path: Path, name: str, fit: Fit) -> list[float]:
     return fit.join(timeout=300)
 
 
+@contextlib.contextmanager
+def _started(fn: Any, name: str, tmp_path: Path, workers: int, stuck: int) -> Iterator[Fit]:
+    """The run, released on the way out whatever happened: a failed check must not leave its
+    ranks stuck, holding the cluster, for the next test."""
+    fit = Fit(_trainer(fn, name, tmp_path, workers=workers, stuck=stuck))
+    try:
+        yield fit
+    finally:
+        (tmp_path / f"release-{name}").touch()
+
+
 def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
     return [e for e in asyncio.run(gw.events(500))
             if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == run]
@@ -97,66 +117,66 @@ def test_tensor_parallel_subgroups_name_the_stuck_rank_alone(cluster: tuple[Clus
     """Rank 3 stuck before its subgroup's all_reduce: rank 2 waits for it there, ranks 0 and 1
     in the world's gradient all_reduce. Before the graph, the report named ranks 2 and 3."""
     c, gw = cluster
-    fit = Fit(_trainer(shape_targets.tensor_parallel, "shape-tp", tmp_path, workers=4, stuck=3))
-    chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2,3",
-             re.escape("rank 2 waits in all_reduce #1 (group [2,3]) for 3"),
-             re.escape(f"rank 3 is in {LOADER}")]
-    run = _wait_graph(c, "shape-tp", lambda r: _matches(r["chain"], chain))
-    assert run["culprits"] == [3] and run["deadlocks"] == []
-    assert run["collectives_seen"] == [0, 1, 2, 3]
-    assert sorted(run["groups"].values()) == ["group [0,1]", "group [2,3]", "world"]
-    text = c.cli("stacks", "--run", "shape-tp", timeout=120).stdout
-    assert "  waits (Flight Recorder, process groups, send/recv):\n" in text, text
-    assert "    rank 2 waits in all_reduce #1 (group [2,3]) for 3\n" in text, text
-    # The hang event: the same chain, rank 3 named with its stack class.
-    deadline = time.monotonic() + 240
-    while not _hang_events(gw, "shape-tp") and time.monotonic() < deadline:
-        time.sleep(1.0)
-    (event,) = _hang_events(gw, "shape-tp")
-    details = event["details"]
-    assert [x["world_rank"] for x in details["culprits"]] == [3], details["culprits"]
-    assert details["culprits"][0]["stack_class"]["summary"] == LOADER
-    assert _matches(details["chain"], chain), details["chain"]
-    assert "; rank 2 waits in all_reduce #1 (group [2,3]) for 3; rank 3 is in load_batch" in event["message"]
-    values = _release(tmp_path, "shape-tp", fit)
-    assert len(values) == 4 and len(set(values)) == 1  # the gradients all-reduced over the world
+    with _started(shape_targets.tensor_parallel, "shape-tp", tmp_path, workers=4, stuck=3) as fit:
+        chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2,3",
+                 re.escape("rank 2 waits in all_reduce #1 (group [2,3]) for 3"),
+                 re.escape(f"rank 3 is in {LOADER}")]
+        run = _wait_graph(c, "shape-tp", lambda r: _matches(r["chain"], chain))
+        assert run["culprits"] == [3] and run["deadlocks"] == []
+        assert run["collectives_seen"] == [0, 1, 2, 3]
+        assert sorted(run["groups"].values()) == ["group [0,1]", "group [2,3]", "world"]
+        text = c.cli("stacks", "--run", "shape-tp", timeout=120).stdout
+        assert "  waits (Flight Recorder, process groups, send/recv):\n" in text, text
+        assert "    rank 2 waits in all_reduce #1 (group [2,3]) for 3\n" in text, text
+        # The hang event: the same chain, rank 3 named with its stack class.
+        deadline = time.monotonic() + 240
+        while not _hang_events(gw, "shape-tp") and time.monotonic() < deadline:
+            time.sleep(1.0)
+        (event,) = _hang_events(gw, "shape-tp")
+        details = event["details"]
+        assert [x["world_rank"] for x in details["culprits"]] == [3], details["culprits"]
+        assert details["culprits"][0]["stack_class"]["summary"] == LOADER
+        assert _matches(details["chain"], chain), details["chain"]
+        assert "; rank 2 waits in all_reduce #1 (group [2,3]) for 3; rank 3 is in load_batch" in event["message"]
+        values = _release(tmp_path, "shape-tp", fit)
+        assert len(values) == 4 and len(set(values)) == 1  # the gradients all-reduced over the world
 
 
 def test_hsdp_on_a_2x2_mesh_names_the_stuck_rank_through_both_mesh_dimensions(
         cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     c, _ = cluster
-    fit = Fit(_trainer(shape_targets.hsdp, "shape-hsdp", tmp_path, workers=4, stuck=3))
-    chain = [r"rank 0 waits in all_reduce #\d+ \(group mesh_replicate \[0,2\]\) for 2",
-             r"rank 1 waits in all_reduce #\d+ \(group mesh_replicate \[1,3\]\) for 3",
-             r"rank 2 waits in all_gather #\d+ \(group mesh_shard \[2,3\]\) for 3",
-             re.escape(f"rank 3 is in {LOADER}")]
-    run = _wait_graph(c, "shape-hsdp", lambda r: _matches(r["chain"], chain))
-    assert run["culprits"] == [3]
-    values = _release(tmp_path, "shape-hsdp", fit)
-    assert len(values) == 4 and len(set(values)) == 1  # every rank ends with the same loss
+    with _started(shape_targets.hsdp, "shape-hsdp", tmp_path, workers=4, stuck=3) as fit:
+        chain = [r"rank 0 waits in all_reduce #\d+ \(group mesh_replicate \[0,2\]\) for 2",
+                 r"rank 1 waits in all_reduce #\d+ \(group mesh_replicate \[1,3\]\) for 3",
+                 r"rank 2 waits in all_gather #\d+ \(group mesh_shard \[2,3\]\) for 3",
+                 re.escape(f"rank 3 is in {LOADER}")]
+        run = _wait_graph(c, "shape-hsdp", lambda r: _matches(r["chain"], chain))
+        assert run["culprits"] == [3]
+        values = _release(tmp_path, "shape-hsdp", fit)
+        assert len(values) == 4 and len(set(values)) == 1  # every rank ends with the same loss
 
 
 def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     """gloo records no send/recv: the peers come from the ranks' waiting frames."""
     c, _ = cluster
-    fit = Fit(_trainer(shape_targets.pipeline, "shape-pp", tmp_path, workers=4, stuck=2))
-    chain = ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
-             "rank 3 waits in recv (world) for 2", f"rank 2 is in {LOADER}"]
-    run = _wait_graph(c, "shape-pp", lambda r: r["chain"] == chain)
-    assert run["culprits"] == [2]
-    assert [(h["kind"], h["ranks"], h["on"]) for h in run["waits"]] == [
-        ("p2p", [0], [1]), ("p2p", [1], [2]), ("p2p", [3], [2])]
-    assert len(_release(tmp_path, "shape-pp", fit)) == 4
+    with _started(shape_targets.pipeline, "shape-pp", tmp_path, workers=4, stuck=2) as fit:
+        chain = ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
+                 "rank 3 waits in recv (world) for 2", f"rank 2 is in {LOADER}"]
+        run = _wait_graph(c, "shape-pp", lambda r: r["chain"] == chain)
+        assert run["culprits"] == [2]
+        assert [(h["kind"], h["ranks"], h["on"]) for h in run["waits"]] == [
+            ("p2p", [0], [1]), ("p2p", [1], [2]), ("p2p", [3], [2])]
+        assert len(_release(tmp_path, "shape-pp", fit)) == 4
 
 
 def test_fsdp2_on_the_sd_tiny_unet_names_the_stuck_rank(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     c, _ = cluster
-    fit = Fit(_trainer(shape_targets.fsdp2_sd_tiny, "shape-fsdp2", tmp_path, workers=2, stuck=1))
-    chain = [r"rank 0 waits in all_gather #\d+ \(world\) for 1", re.escape(f"rank 1 is in {LOADER}")]
-    run = _wait_graph(c, "shape-fsdp2", lambda r: _matches(r["chain"], chain))
-    assert run["culprits"] == [1]
-    values = _release(tmp_path, "shape-fsdp2", fit)
-    assert len(values) == 2 and values[0] == values[1]
+    with _started(shape_targets.fsdp2_sd_tiny, "shape-fsdp2", tmp_path, workers=2, stuck=1) as fit:
+        chain = [r"rank 0 waits in all_gather #\d+ \(world\) for 1", re.escape(f"rank 1 is in {LOADER}")]
+        run = _wait_graph(c, "shape-fsdp2", lambda r: _matches(r["chain"], chain))
+        assert run["culprits"] == [1]
+        values = _release(tmp_path, "shape-fsdp2", fit)
+        assert len(values) == 2 and values[0] == values[1]
 
 
 def test_two_groups_entered_in_opposite_orders_are_reported_as_a_deadlock(
