@@ -209,10 +209,10 @@ def _inner(obj: Any) -> Iterator[Any]:
             yield value
 
 
-def entry_points(objects: Iterable[Any], depth: int = 6, budget: int = 200) -> list[tuple[str, str | None]]:
+def entry_points(objects: Iterable[Any], depth: int = 6, budget: int = 5000) -> list[tuple[str, str | None]]:
     """(file, module) of each function or class Ray hands the work to, looking through the
-    wrappers of Ray, raydbg and the stdlib (closures, `__wrapped__`, partials), never into
-    the user's own functions. Bounded: `depth` levels, `budget` objects in all."""
+    wrappers of Ray, raydbg and the stdlib (closures, `__wrapped__`, partials) and through any
+    decorator's `functools.wraps` wrapper, never into the user's own functions. Bounded: `depth` levels, `budget` objects in all."""
     out: dict[str, str | None] = {}
     seen: set[int] = set()
     todo = [(obj, 0) for obj in objects]
@@ -223,12 +223,17 @@ def entry_points(objects: Iterable[Any], depth: int = 6, budget: int = 200) -> l
         seen.add(id(obj))
         budget -= 1
         if isinstance(obj, type):
-            file = next((f for f in map(_code_file, vars(obj).values()) if f), None)
-            if file and not _framework(file):
-                out.setdefault(file, getattr(obj, "__module__", None))
+            # Ray's actor class subclasses the user's (ray/actor.py `_modify_class`): its bases.
+            for klass in obj.__mro__[:8]:
+                file = next((f for f in map(_code_file, vars(klass).values()) if f), None)
+                if file and not _framework(file):
+                    out.setdefault(file, getattr(klass, "__module__", None))
+                    break
             continue
         file = _code_file(obj)
-        if file is not None and not _framework(file):
+        # A decorator's wrapper (functools.wraps: `__wrapped__`, torch.no_grad's too) is looked
+        # through as Ray's are: the function it wraps is the one the user wrote.
+        if file is not None and not _framework(file) and getattr(obj, "__wrapped__", None) is None:
             out.setdefault(file, getattr(obj, "__module__", None))
             continue
         if level >= depth:

@@ -127,7 +127,35 @@ def test_entry_points_look_through_rays_wrappers_into_the_users_function_only() 
     """)
     target = ray_util["runner"](ray_util["construct"](user["train_func"]))
     assert user_code.entry_points([target]) == [(TRAINER, "trainer_pkg.train")]
+    # A library's decorator (torch.no_grad's wrapper lives in torch) is looked through too:
+    # torch never becomes the user's package.
+    torch_like = _module("torch.utils._contextlib", f"{SITE}/torch/utils/_contextlib.py", """
+        import functools
+        def no_grad(fn):
+            @functools.wraps(fn)
+            def decorate_context(*args, **kwargs):
+                return fn(*args, **kwargs)
+            return decorate_context
+    """)
+    entries = user_code.entry_points([torch_like["no_grad"](user["train_func"])])
+    assert entries == [(TRAINER, "trainer_pkg.train")] and roots_of(entries).packages == {"trainer_pkg"}
     assert user_code.entry_points([ray_util["runner"]]) == []  # nothing of the user's reached
+
+
+def test_an_actors_class_is_found_under_the_class_ray_makes_of_it() -> None:
+    user = _module("trainer_pkg.train", TRAINER, """
+        class Trainer:
+            def step(self):
+                return 1
+    """)
+    ray_actor = _module("ray.actor", f"{SITE}/ray/actor.py", """
+        def modify(cls):
+            class Class(cls):
+                def __ray_ready__(self):
+                    return True
+            return Class
+    """)
+    assert user_code.entry_points([ray_actor["modify"](user["Trainer"])]) == [(TRAINER, "trainer_pkg.train")]
 
 
 def test_a_real_ray_train_thread_names_the_installed_loop_function(installed: ModuleType) -> None:
