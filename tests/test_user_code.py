@@ -98,6 +98,25 @@ def test_a_class_of_an_installed_trainer_is_named_by_its_frames_not_by_the_libra
     assert classes.main_thread(worker)["name"] == "Thread-3"  # the thread with the user's frames
 
 
+def test_the_driver_hands_its_directory_to_the_workers_roots(monkeypatch: pytest.MonkeyPatch,
+                                                              tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from raydbg import activation
+
+    launcher = f"{SITE}/trainer_pkg/launch.py"  # `python -m trainer_pkg.launch`
+    monkeypatch.setitem(sys.modules, "__main__", SimpleNamespace(__file__=launcher))
+    monkeypatch.setenv(user_code.DRIVER_DIR_ENV, "/somewhere/inherited/")  # a parent's: never passed on
+    assert activation.job_env()[user_code.DRIVER_DIR_ENV] == f"{SITE}/trainer_pkg/"
+    monkeypatch.setitem(sys.modules, "__main__", SimpleNamespace())  # a REPL, a notebook: none
+    assert user_code.DRIVER_DIR_ENV not in activation.job_env()
+    # In the worker: the directory is a root (its files the user's, installed or not).
+    monkeypatch.setenv(user_code.DRIVER_DIR_ENV, f"{SITE}/trainer_pkg/")
+    assert user_roots.current().is_user(f"{SITE}/trainer_pkg/model.py")
+    monkeypatch.delenv(user_code.DRIVER_DIR_ENV)
+    assert not user_roots.current().is_user(f"{SITE}/trainer_pkg/model.py")
+
+
 # --- what Ray hands the work to, through Ray's own wrappers ------------------------------
 def _module(name: str, file: str, source: str) -> dict[str, Any]:
     namespace: dict[str, Any] = {"__name__": name}
