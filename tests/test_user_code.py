@@ -19,7 +19,7 @@ import pytest
 from raydbg import user_code
 from raydbg.gang import classes, frames, on_demand
 from raydbg.user_code import EMPTY, Roots, roots_of
-from raydbg.worker import session, user_roots
+from raydbg.worker import session, snapshot, user_roots
 
 SITE = "/venv/lib/python3.11/site-packages"
 TRAINER = f"{SITE}/trainer_pkg/train.py"
@@ -301,6 +301,10 @@ def test_a_post_mortem_names_the_users_line_not_the_library_that_raised(
     rec = session.build_record(raising, "exception", exc_info)
     assert (rec.file, rec.line, rec.function) == (installed.__file__, _line(installed, "# CALLS LIBRARY"), "fail")
     assert "shapes do not match" in (rec.exception or {})["message"]
+    # A snapshot's frames carry the mark the stacks carry (the TUI shows them as the user's).
+    pictured = installed.fail(lambda: snapshot.frames_of(sys._getframe(1)))
+    assert (pictured[0]["function"], pictured[0].get("user")) == ("fail", True)
+    assert "user" not in pictured[1]  # this test's own frame: the user's by its path already
     monkeypatch.delenv(user_code.USER_CODE_ENV)
     rec = session.build_record(raising, "exception", exc_info)
     # Without the root no frame of the traceback is the user's: the raising one is named.
