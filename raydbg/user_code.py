@@ -176,9 +176,10 @@ def driver_dir(main_file: str | None) -> str | None:
 
 
 # --- roots of the objects Ray runs --------------------------------------------------
+# Read statically (exact types, function and class dicts, closure cells): looking for the
+# roots never calls the job's code (no user __getattr__, property or __instancecheck__ runs).
 def _code_file(fn: Any) -> str | None:
-    code = getattr(fn, "__code__", None)
-    return code.co_filename if isinstance(code, types.CodeType) else None
+    return fn.__code__.co_filename if type(fn) is types.FunctionType else None
 
 
 def _framework(file: str) -> bool:
@@ -191,28 +192,44 @@ def _framework(file: str) -> bool:
     return bool(_STDLIB.search(file))
 
 
+def _wrapped(fn: Any) -> Any:
+    """functools.wraps' target of a function, if it has one."""
+    return fn.__dict__.get("__wrapped__") if type(fn) is types.FunctionType else None
+
+
 def _inner(obj: Any) -> Iterator[Any]:
-    """What a wrapper calls: functools.wraps' target, a partial's function, a closure's callables."""
-    wrapped = getattr(obj, "__wrapped__", None)
-    if wrapped is not None:
-        yield wrapped
-    for attr in ("func", "__func__", "method"):  # partial, bound method, Ray's actor-method executor
-        inner = getattr(obj, attr, None)
-        if callable(inner):
-            yield inner
-    for cell in getattr(obj, "__closure__", None) or ():
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        if callable(value) and not isinstance(value, type):
-            yield value
+    """What a wrapper calls: functools.wraps' target, a closure's callables, Ray's actor-method
+    executor's method, a partial's function, a bound method's function; an instance's class."""
+    kind = type(obj)
+    if kind is types.FunctionType:
+        for name in ("__wrapped__", "method"):  # functools.wraps; Ray's actor-method executor
+            if (inner := obj.__dict__.get(name)) is not None:
+                yield inner
+        for cell in obj.__closure__ or ():
+            try:
+                value = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            if callable(value) and not issubclass(type(value), type):
+                yield value
+    elif kind is types.MethodType:
+        yield obj.__func__
+    elif kind is functools.partial:
+        yield obj.func
+    elif callable(obj):
+        yield kind  # an instance with __call__: its class
+
+
+def _module_of(obj: Any) -> str | None:
+    module = obj.__module__ if type(obj) is types.FunctionType else vars(obj).get("__module__")
+    return module if isinstance(module, str) else None
 
 
 def entry_points(objects: Iterable[Any], depth: int = 6, budget: int = 5000) -> list[tuple[str, str | None]]:
     """(file, module) of each function or class Ray hands the work to, looking through the
     wrappers of Ray, raydbg and the stdlib (closures, `__wrapped__`, partials) and through any
-    decorator's `functools.wraps` wrapper, never into the user's own functions. Bounded: `depth` levels, `budget` objects in all."""
+    decorator's `functools.wraps` wrapper, never into the user's own functions. Bounded:
+    `depth` levels, `budget` objects in all."""
     out: dict[str, str | None] = {}
     seen: set[int] = set()
     todo = [(obj, 0) for obj in objects]
@@ -222,25 +239,22 @@ def entry_points(objects: Iterable[Any], depth: int = 6, budget: int = 5000) -> 
             continue
         seen.add(id(obj))
         budget -= 1
-        if isinstance(obj, type):
+        if issubclass(type(obj), type):
             # Ray's actor class subclasses the user's (ray/actor.py `_modify_class`): its bases.
             for klass in obj.__mro__[:8]:
                 file = next((f for f in map(_code_file, vars(klass).values()) if f), None)
                 if file and not _framework(file):
-                    out.setdefault(file, getattr(klass, "__module__", None))
+                    out.setdefault(file, _module_of(klass))
                     break
             continue
         file = _code_file(obj)
         # A decorator's wrapper (functools.wraps: `__wrapped__`, torch.no_grad's too) is looked
         # through as Ray's are: the function it wraps is the one the user wrote.
-        if file is not None and not _framework(file) and getattr(obj, "__wrapped__", None) is None:
-            out.setdefault(file, getattr(obj, "__module__", None))
+        if file is not None and not _framework(file) and _wrapped(obj) is None:
+            out.setdefault(file, _module_of(obj))
             continue
-        if level >= depth:
-            continue
-        todo.extend((inner, level + 1) for inner in _inner(obj))
-        if file is None and not isinstance(obj, (types.MethodType, functools.partial)) and callable(obj):
-            todo.append((type(obj), level + 1))  # an instance with __call__: its class
+        if level < depth:
+            todo.extend((inner, level + 1) for inner in _inner(obj))
     return list(out.items())
 
 

@@ -161,6 +161,27 @@ def test_entry_points_look_through_rays_wrappers_into_the_users_function_only() 
     assert user_code.entry_points([ray_util["runner"]]) == []  # nothing of the user's reached
 
 
+def test_looking_for_roots_runs_none_of_the_jobs_code() -> None:
+    called: list[str] = []
+
+    class Sneaky:  # a callable the user handed Ray: attribute reads would run its code
+        def __getattr__(self, name: str) -> Any:
+            called.append(name)
+            return lambda: None
+
+        def __call__(self) -> None:
+            return None
+
+    ray_util = _module("ray.util", f"{SITE}/ray/util.py", """
+        def runner(target):
+            def _run_target():
+                return target()
+            return _run_target
+    """)
+    entries = user_code.entry_points([ray_util["runner"](Sneaky())])
+    assert called == [] and entries == [(__file__, __name__)]  # found through its class, statically
+
+
 def test_an_actors_class_is_found_under_the_class_ray_makes_of_it() -> None:
     user = _module("trainer_pkg.train", TRAINER, """
         class Trainer:
