@@ -59,7 +59,7 @@ def _offline_dataset(cfg: TrainConfig) -> tuple[Any, ComponentsSpec, str]:
     from sd_reference.preprocess import load_manifest
 
     manifest, root = load_manifest(cfg.data)
-    need = int(cfg.batch_size or 1) * cfg.workers
+    need = cfg.rows_per_step() * cfg.workers
     if manifest["rows"] < need:
         raise UserError(f"{cfg.data} has {manifest['rows']} rows, fewer than batch size x workers = {need}")
     if manifest["preset"] != cfg.preset or (cfg.resolution and cfg.resolution != manifest["resolution"]):
@@ -113,10 +113,11 @@ def _tail(log_path: Path, offset: int, on_record: Callable[[dict[str, Any]], Non
 def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train to cfg.steps (resuming the named run if it has checkpoints), then export."""
     import ray
-    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from sd_reference.train_loop import train_loop_per_worker
+    from sd_reference.validation import VAL_DATASET, val_dataset
 
     cfg = cfg.resolved()
     storage = Path(cfg.storage_path).resolve()
@@ -140,6 +141,9 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
         "log_path": str(log_path),
         "uncond_path": uncond,
     }
+    datasets = {"train": ds}
+    if cfg.val_every:
+        datasets[VAL_DATASET] = val_dataset(ds, cfg.val_rows)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=loop_config,
@@ -153,7 +157,9 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
             failure_config=FailureConfig(max_failures=cfg.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
         ),
-        datasets={"train": ds},
+        datasets=datasets,
+        # Validation rows go whole to every worker; each takes its share (validation.py).
+        dataset_config=DataConfig(datasets_to_split=["train"]),
     )
     stop = threading.Event()
     start_size = log_path.stat().st_size if log_path.exists() else 0
