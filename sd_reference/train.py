@@ -113,11 +113,11 @@ def _tail(log_path: Path, offset: int, on_record: Callable[[dict[str, Any]], Non
 def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = None) -> TrainResult:
     """Train to cfg.steps (resuming the named run if it has checkpoints), then export."""
     import ray
-    from ray.train import CheckpointConfig, DataConfig, FailureConfig, RunConfig, ScalingConfig
+    from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from sd_reference.train_loop import train_loop_per_worker
-    from sd_reference.validation import VAL_DATASET, val_dataset
+    from sd_reference.validation import driver_rows
 
     cfg = cfg.resolved()
     storage = Path(cfg.storage_path).resolve()
@@ -140,10 +140,9 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
         "run_dir": str(run_dir),
         "log_path": str(log_path),
         "uncond_path": uncond,
+        # Validation rows, read once here and handed to every worker through the object store.
+        "val_rows": ray.put(driver_rows(cfg, ds)) if cfg.val_every else None,
     }
-    datasets = {"train": ds}
-    if cfg.val_every:
-        datasets[VAL_DATASET] = val_dataset(ds, cfg.val_rows)
     trainer = TorchTrainer(
         train_loop_per_worker,
         train_loop_config=loop_config,
@@ -157,9 +156,7 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
             failure_config=FailureConfig(max_failures=cfg.max_failures),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
         ),
-        datasets=datasets,
-        # Validation rows go whole to every worker; each takes its share (validation.py).
-        dataset_config=DataConfig(datasets_to_split=["train"]),
+        datasets={"train": ds},
     )
     stop = threading.Event()
     start_size = log_path.stat().st_size if log_path.exists() else 0

@@ -263,7 +263,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train entry point; `config` carries the TrainConfig, components and paths as JSON."""
     import ray.train
 
-    from sd_reference.validation import VAL_DATASET, Evaluation, read_val_rows
+    from sd_reference.validation import Evaluation, worker_rows
 
     metrics.setup()
     cfg = TrainConfig(**config["train"])
@@ -290,9 +290,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     shard = ray.train.get_dataset_shard("train")
     evaluation = None
     if cfg.val_every or cfg.sample_every:
-        val_rows = read_val_rows(ray.train.get_dataset_shard(VAL_DATASET), columns, cfg.val_rows) \
-            if cfg.val_every else None
-        evaluation = Evaluation(worker, val_rows, str(run_dir))
+        evaluation = Evaluation(worker, worker_rows(config.get("val_rows")), str(run_dir))
     sync = device.synchronizer(worker.device) if cfg.sync_timings else None
     window = StatsWindow(rows * worker.world, worker.mean_over_ranks)
     perf = _Perf(worker, start.get("train_flops_per_image"))

@@ -1,8 +1,9 @@
 """Validation during training: the objective on fixed rows with fixed noise, and sample grids, every N steps.
 
-The validation rows are the first `--val-rows` rows of the training data (in the
-run's seeded block order), given whole to every worker as a second Ray dataset;
-each rank evaluates its equal share. They are also trained on: the figure is a
+The validation rows are the first `--val-rows` rows of the training data (the first
+latent shards in order; online: the first rows of the raw data), read once by the
+driver and handed to every worker through the object store; each rank evaluates
+its equal share. They are also trained on: the figure is a
 low-variance tracking loss (same rows, same noise, timesteps spread evenly over
 the schedule at every evaluation), not a held-out generalisation measure.
 Both parts are collective under FSDP2 (every rank runs the same forwards).
@@ -12,20 +13,55 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 if TYPE_CHECKING:
+    from sd_reference.config import TrainConfig
     from sd_reference.train_loop import Worker
 
-VAL_DATASET = "val"
+def parquet_rows(files: list[str], columns: list[str], rows: int,
+                 filesystem: Callable[[str], tuple[Any, str]] | None = None) -> dict[str, np.ndarray]:
+    """The first `rows` rows of latent parquet shards, in file order (`filesystem`: uri -> (fs, path))."""
+    import pyarrow.parquet as pq
+    import ray.data  # noqa: F401 - registers Ray's tensor extension type, the latents' column type
+
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in columns}
+    got = 0
+    for f in files:
+        fs, path = filesystem(f) if filesystem else (None, f)
+        for batch in pq.ParquetFile(path, filesystem=fs).iter_batches(batch_size=rows, columns=columns):
+            take = min(batch.num_rows, rows - got)
+            for c in columns:
+                parts[c].append(batch.column(c).to_numpy(zero_copy_only=False)[:take])
+            got += take
+            if got == rows:
+                return {c: np.concatenate(v) for c, v in parts.items()}
+    return {c: np.concatenate(v) for c, v in parts.items()}
 
 
-def val_dataset(ds: Any, rows: int) -> Any:
-    """Driver side: the first `rows` rows of the training dataset, computed once."""
-    return ds.limit(rows).materialize()
+def driver_rows(cfg: TrainConfig, online_ds: Any) -> dict[str, np.ndarray]:
+    """Driver side: the validation rows, once: latents from the shards, or raw rows from the online dataset."""
+    if cfg.online:
+        batch = online_ds.limit(cfg.val_rows).take_batch(cfg.val_rows, batch_format="numpy")
+        return {c: batch[c] for c in ("pixels", "input_ids")}
+    from sd_reference.preprocess import load_manifest
+
+    manifest, root = load_manifest(cfg.data)
+    return parquet_rows([str(root / f["path"]) for f in manifest["files"]], ["latents", "text_emb"], cfg.val_rows)
+
+
+def worker_rows(rows_ref: Any) -> dict[str, torch.Tensor] | None:
+    """Worker side: the driver's validation rows as tensors (None when validation is off)."""
+    if rows_ref is None:
+        return None
+    import ray
+
+    return {c: torch.from_numpy(np.asarray(v)) for c, v in ray.get(rows_ref).items()}
 
 
 def rank_share(batch: dict[str, torch.Tensor], rank: int, world: int) -> dict[str, torch.Tensor]:
@@ -102,12 +138,3 @@ class Evaluation:
             record["grid"] = self.grid.render(step)
         record["seconds"] = round(time.perf_counter() - start, 3)
         return record
-
-
-def read_val_rows(shard: Any, columns: list[str], rows: int) -> dict[str, torch.Tensor]:
-    """Every validation row from the worker's (unsplit) validation dataset, as tensors."""
-    parts: dict[str, list[torch.Tensor]] = {c: [] for c in columns}
-    for batch in shard.iter_torch_batches(batch_size=rows):
-        for c in columns:
-            parts[c].append(batch[c])
-    return {c: torch.cat(v) for c, v in parts.items()}

@@ -270,3 +270,24 @@ def test_sample_grid_png(tmp_path: Path) -> None:
     assert image.size == (128, 128) and len(np.unique(np.asarray(image).reshape(-1, 3), axis=0)) > 100  # 4 noisy samples, not a blank canvas
     _assert_same(dict(parallel.named_params(worker.model)), before, rtol=0, atol=0)  # trained weights restored
     assert torch.equal(grid.latents(), grid.latents())  # the same prompts and noise every time
+
+
+def test_validation_rows_from_latent_shards(tmp_path: Path) -> None:
+    """The driver reads the first rows of the shards in file order, across files, as arrays."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from ray.data.extensions import ArrowTensorArray
+
+    from sd_reference.validation import parquet_rows
+
+    files = []
+    for i in range(2):
+        latents = np.full((3, 4, 8, 8), i, np.float16) + np.arange(3, dtype=np.float16).reshape(3, 1, 1, 1) / 10
+        table = pa.table({"latents": ArrowTensorArray.from_numpy(latents),
+                          "text_emb": ArrowTensorArray.from_numpy(np.zeros((3, 77, 32), np.float16))})
+        files.append(str(tmp_path / f"{i}.parquet"))
+        pq.write_table(table, files[-1])
+    rows = parquet_rows(files, ["latents", "text_emb"], 5)
+    assert rows["latents"].shape == (5, 4, 8, 8) and rows["text_emb"].shape == (5, 77, 32)
+    assert rows["latents"][:, 0, 0, 0].tolist() == pytest.approx([0, 0.1, 0.2, 1, 1.1], abs=1e-3)
+    assert len(parquet_rows(files, ["latents"], 100)["latents"]) == 6  # fewer rows than asked: all of them
