@@ -114,7 +114,7 @@ def build_parser() -> Parser:
     s.add_argument("--log", help="training log for the loss curve (default: the run's)")
 
     b = sub.add_parser("bench", help="offline vs online throughput; FSDP2 vs DDP memory and speed")
-    b.add_argument("--what", default="all", help="all, online, parallel or learning")
+    b.add_argument("--what", default="all", help="all, online, parallel, learning or features")
     b.add_argument("--width-div", type=int, default=8, help="SD2 widths divided by this (default: %(default)s)")
     b.add_argument("--resolution", type=_positive_int, default=128)
     b.add_argument("--batch-size", type=_positive_int, default=4)

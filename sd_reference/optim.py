@@ -38,6 +38,24 @@ def adamw(params: Iterable[torch.Tensor], lr: float, weight_decay: float, impl: 
     return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **flags)
 
 
+def reapply(optimizer: torch.optim.Optimizer, impl: str, device_type: str) -> None:
+    """After loading a checkpoint: its param groups bring the kernel flags they were saved with; use ours.
+
+    The fused kernel keeps each parameter's step count as a float32 tensor on the
+    parameter's device, the others as a CPU tensor: move them to match.
+    """
+    chosen = resolve_impl(impl, device_type)
+    for group in optimizer.param_groups:
+        group["fused"] = True if chosen == "fused" else None
+        group["foreach"] = chosen == "foreach" if chosen != "fused" else None
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            step = state.get("step")
+            if isinstance(step, torch.Tensor):
+                device = p.device if chosen == "fused" else torch.device("cpu")
+                state["step"] = step.to(device=device, dtype=torch.float32)
+
+
 def implementation(optimizer: torch.optim.Optimizer) -> str:
     """Which implementation an optimizer runs (for the log)."""
     group = optimizer.param_groups[0]

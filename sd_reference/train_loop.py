@@ -196,6 +196,7 @@ class Worker:
             return None
         with ckpt.as_directory() as d:
             state = checkpoint.load(Path(d), self.model, self.optimizer, self.ema)
+        optim.reapply(self.optimizer, self.cfg.optimizer, self.device.type)  # --optimizer wins over the saved flags
         self.step = int(state["step"])
         return state
 

@@ -7,6 +7,7 @@ window, FLOPs and MFU, validation loss and the sample grid.
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -291,3 +292,28 @@ def test_validation_rows_from_latent_shards(tmp_path: Path) -> None:
     assert rows["latents"].shape == (5, 4, 8, 8) and rows["text_emb"].shape == (5, 77, 32)
     assert rows["latents"][:, 0, 0, 0].tolist() == pytest.approx([0, 0.1, 0.2, 1, 1.1], abs=1e-3)
     assert len(parquet_rows(files, ["latents"], 100)["latents"]) == 6  # fewer rows than asked: all of them
+
+
+def test_resumed_optimizer_keeps_the_chosen_kernel() -> None:
+    """A checkpoint saved with one AdamW kernel, loaded into another: --optimizer wins, same next step."""
+    gen = torch.Generator().manual_seed(0)
+    start = [torch.randn(4, 3, generator=gen), torch.randn(5, generator=gen)]
+    grads = [[torch.randn(t.shape, generator=gen) for t in start] for _ in range(3)]
+    saved_params = [torch.nn.Parameter(t.clone()) for t in start]
+    saved = optim.adamw(saved_params, 1e-2, 0.01, "foreach", "cpu")
+    for g in grads[:2]:
+        for p, gi in zip(saved_params, g, strict=True):
+            p.grad = gi
+        saved.step()
+    params = [torch.nn.Parameter(p.detach().clone()) for p in saved_params]
+    resumed = optim.adamw(params, 1e-2, 0.01, "fused", "cpu")
+    resumed.load_state_dict(copy.deepcopy(saved.state_dict()))  # as from a file: no shared tensors
+    assert optim.implementation(resumed) == "foreach"  # what the checkpoint brought
+    optim.reapply(resumed, "fused", "cpu")
+    assert optim.implementation(resumed) == "fused"
+    for opt, ps in ((saved, saved_params), (resumed, params)):
+        for p, gi in zip(ps, grads[2], strict=True):
+            p.grad = gi
+        opt.step()
+    for a, b in zip(saved_params, params, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
