@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sd_reference import checkpoint, device, flops, metrics, optim, parallel
+from sd_reference import checkpoint, device, metrics, optim, parallel
 from sd_reference.config import TrainConfig
 from sd_reference.diffusion import (
     NoiseSchedule,
@@ -41,7 +41,7 @@ from sd_reference.models import (
     load_tokenizer,
     tokenize,
 )
-from sd_reference.step_stats import StatsWindow
+from sd_reference.step_stats import StepReporter
 
 FAILURE_MARKER = ".failure_injected"
 
@@ -221,45 +221,6 @@ def _maybe_inject_failure(cfg: TrainConfig, worker: Worker, run_dir: Path) -> No
     os.kill(os.getpid(), signal.SIGKILL)  # an abrupt death, as a lost node or OOM kill would be
 
 
-def _start_record(worker: Worker) -> dict[str, Any]:
-    """Rank 0's `start` event: the run's shape, and the FLOPs per image that MFU is computed from."""
-    cfg = worker.cfg
-    try:
-        counted: flops.UNetFlops | None = flops.unet_flops_per_image(worker.spec.unet)
-    except Exception:  # noqa: BLE001 - a metric must never stop a run (e.g. an unusual pretrained config)
-        counted = None
-    return {"event": "start", "step": 0, "world_size": worker.world, "strategy": cfg.strategy,
-            "device": device.name(worker.device), "optimizer": optim.implementation(worker.optimizer),
-            "grad_accum": cfg.grad_accum, "grad_checkpointing": cfg.grad_checkpointing,
-            "train_flops_per_image": counted.train if counted else None}
-
-
-class _Perf:
-    """MFU and peak device memory for the step records (None on CPU and unknown GPUs)."""
-
-    def __init__(self, worker: Worker, train_flops_per_image: int | None) -> None:
-        self.worker, self.train_flops = worker, train_flops_per_image
-        self.peak = flops.peak_flops(device.name(worker.device)) if worker.device.type == "cuda" else None
-
-    def add(self, record: dict[str, Any]) -> dict[str, Any]:
-        per_device = record["images_per_s"] / self.worker.world
-        mfu = flops.mfu(self.train_flops, per_device, self.peak) if self.train_flops else None
-        return dict(record, mfu=None if mfu is None else round(mfu, 4),
-                    peak_mem_gib=device.peak_memory_gib(self.worker.device))
-
-
-def _flush(window: StatsWindow, log: JsonLog, perf: _Perf) -> dict[str, Any]:
-    """Read the window's steps back, log one record per step; returns the last."""
-    last: dict[str, Any] = {}
-    for record in window.flush():
-        last = perf.add(record)
-        metrics.histogram("sd.train.step.duration", last["step_s"])
-        metrics.histogram("sd.train.loss", last["loss"])
-        metrics.histogram("sd.train.images_per_second", last["images_per_s"])
-        log.write(last)
-    return last
-
-
 def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train entry point; `config` carries the TrainConfig, components and paths as JSON."""
     import ray.train
@@ -280,12 +241,13 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
 
     with metrics.span("sd.train.restore", attrs):
         restored = worker.restore()
-    start = _start_record(worker) if worker.rank == 0 else {}
+    reporter = StepReporter(worker, log.write, counted=worker.rank == 0)
     if restored is not None:
         fp = worker.state_fingerprint() if cfg.fingerprint else None
         log.write({"event": "resume", "step": worker.step, "fingerprint": fp})
     else:
-        log.write(start)
+        log.write({"event": "start", "step": 0, "world_size": worker.world, "strategy": cfg.strategy,
+                   **reporter.start_fields()})
 
     columns = ["pixels", "input_ids"] if cfg.online else ["latents", "text_emb"]
     shard = ray.train.get_dataset_shard("train")
@@ -293,9 +255,6 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     if cfg.val_every or cfg.sample_every:
         evaluation = Evaluation(worker, worker_rows(config.get("val_rows")), str(run_dir))
     sync = device.synchronizer(worker.device) if cfg.sync_timings else None
-    window = StatsWindow(rows * worker.world, worker.mean_over_ranks)
-    perf = _Perf(worker, start.get("train_flops_per_image"))
-    device.reset_peak_memory(worker.device)
     last: dict[str, Any] = {}
     while worker.step < steps:
         batches = 0
@@ -304,7 +263,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             batch_size=rows, drop_last=True, local_shuffle_buffer_size=cfg.shuffle_buffer or None,
             local_shuffle_seed=cfg.seed + worker.step,
         )
-        window.start_step()
+        reporter.start_step()
         with timer.timed("data_wait"):
             batch = next(iter_ := iter(iterator), None)
         while batch is not None and worker.step < steps:
@@ -314,11 +273,11 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 breakpoint()  # with RAY_DEBUG=1, raydbg pauses this Train worker for an attach
             with metrics.span("sd.train.step", {**attrs, "train.step": worker.step + 1}):
                 stats, lr = worker.step_on_device({c: batch[c] for c in columns}, timer)
-            window.add(worker.step, stats, lr, timer.seconds)
+            reporter.add(worker.step, stats, lr, timer.seconds)
             checkpoint_due = worker.step % cfg.checkpoint_every == 0 or worker.step == steps
             evaluation_due = evaluation is not None and evaluation.due(worker.step)
-            if len(window) >= cfg.log_every or checkpoint_due or evaluation_due:
-                last = _flush(window, log, perf) or last
+            if len(reporter.window) >= cfg.log_every or checkpoint_due or evaluation_due:
+                last = reporter.flush() or last
             if evaluation is not None and evaluation_due:
                 log.write(evaluation.run(worker.step))
             if checkpoint_due:
@@ -329,7 +288,7 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                            "seconds": round(timer.seconds["checkpoint"], 3)})
             timer = metrics.Timer("sd.train", attrs, sync)
             if worker.step < steps:
-                window.start_step()
+                reporter.start_step()
                 with timer.timed("data_wait"):
                     batch = next(iter_, None)
         if batches == 0:
@@ -337,5 +296,5 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                 f"the dataset gave no batch of {rows} per worker: it needs at least "
                 f"{rows * worker.world} rows for {worker.world} workers (lower --batch-size or --grad-accum)"
             )
-    last = _flush(window, log, perf) or last
+    last = reporter.flush() or last
     log.write({"event": "end", "step": worker.step, "loss": last.get("loss")})

@@ -317,3 +317,26 @@ def test_resumed_optimizer_keeps_the_chosen_kernel() -> None:
         opt.step()
     for a, b in zip(saved_params, params, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_step_reporter_records(tmp_path: Path) -> None:
+    """Rank 0's records: start fields, one record per step, MFU from the counted FLOPs and the peak."""
+    from sd_reference.step_stats import StepReporter
+
+    worker = _worker(tmp_path, grad_accum=2)
+    written: list[dict[str, Any]] = []
+    reporter = StepReporter(worker, written.append)
+    start = reporter.start_fields()
+    assert start["device"] == "cpu" and start["optimizer"] == "fused" and start["grad_accum"] == 2
+    assert start["train_flops_per_image"] == flops.unet_flops_per_image(get_preset("tiny").unet).train
+    for _ in range(2):
+        reporter.start_step()
+        reporter.add(worker.step + 1, *worker.step_on_device(_batch(4), Timer("test")), {"optimizer": 0.1})
+    assert written == []
+    reporter.peak = 1e12  # as if on a GPU of 1 PFLOP/s
+    last = reporter.flush()
+    assert [r["step"] for r in written] == [1, 2] and last is written[-1]
+    assert last["peak_mem_gib"] is None  # CPU
+    expected_mfu = start["train_flops_per_image"] * last["images_per_s"] / 1e12
+    assert last["mfu"] == pytest.approx(expected_mfu, abs=5e-5)  # logged to 4 decimals
+    assert reporter.flush() == {}
