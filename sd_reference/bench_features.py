@@ -2,15 +2,15 @@
 
 AdamW implementations (for-loop, foreach, fused) and the EMA update (one lerp per
 parameter vs one foreach call) over the UNet's real parameter list; gradient
-checkpointing's peak memory and step time, each configuration in a fresh process
-so its peak RSS is its own.
+checkpointing's step memory (the peak RSS of the steps above the RSS between them,
+i.e. activations: Linux's resettable VmHWM) and step time, each configuration in a
+fresh process.
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
-import resource
 import statistics
 import tempfile
 import time
@@ -60,6 +60,15 @@ def optimizer_and_ema(preset: Preset, repeats: int) -> dict[str, Any]:
     return out
 
 
+def _rss_mib(field: str) -> float:
+    """VmRSS (now) or VmHWM (peak since the last reset) of this process, in MiB."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no {field} in /proc/self/status")
+
+
 def _checkpointing_child(preset_json: str, grad_checkpointing: bool, bsz: int, steps: int, queue: Any) -> None:
     from sd_reference.config import TrainConfig
     from sd_reference.metrics import Timer
@@ -68,27 +77,27 @@ def _checkpointing_child(preset_json: str, grad_checkpointing: bool, bsz: int, s
 
     torch.set_num_threads(1)
     preset = json.loads(preset_json)
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     spec = ComponentsSpec(tempfile.mkdtemp(), preset["name"], preset["resolution"], preset["unet"])
     worker = Worker(TrainConfig(batch_size=bsz, lr=1e-4, warmup_steps=0, ema_decay=0.999, use_gpu=False,
                                 grad_checkpointing=grad_checkpointing), spec, None)
     lat = preset["resolution"] // 8
     batch = {"latents": torch.randn(bsz, 4, lat, lat), "text_emb": torch.randn(bsz, 77, preset["unet"]["cross_attention_dim"])}
-    after_setup = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    worker.train_step(batch, Timer("bench"))  # AdamW state and gradient buffers exist from here on
+    between = _rss_mib("VmRSS")
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")  # Linux: reset the peak RSS (VmHWM) to the current RSS
     times = []
-    for i in range(steps + 1):
+    for _ in range(steps):
         start = time.perf_counter()
         worker.train_step(batch, Timer("bench"))
-        if i:
-            times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    queue.put({"setup_rss_mib": round((after_setup - before) / 1024, 1),
-               "step_peak_rss_growth_mib": round((peak - after_setup) / 1024, 1),
+        times.append(time.perf_counter() - start)
+    queue.put({"rss_between_steps_mib": round(between, 1),
+               "step_peak_above_mib": round(_rss_mib("VmHWM") - between, 1),
                "step_s": round(statistics.median(times), 3)})
 
 
 def checkpointing(preset: Preset, bsz: int, steps: int) -> dict[str, Any]:
-    """Peak RSS growth during training steps (activations, gradients, AdamW state) and step time, without/with."""
+    """How far RSS rises during a step above its level between steps (activations), and step time; off vs on."""
     ctx = multiprocessing.get_context("spawn")
     out = {}
     preset_json = json.dumps({"name": preset.name, "resolution": preset.resolution, "unet": preset.unet})
