@@ -29,7 +29,7 @@ COLLECTIVES = frozenset({
     "batch_isend_irecv", "wait", "allreduce", "allgather", "reducescatter",
     # functional collectives (FSDP2's all-gather and reduce-scatter go through these)
     "all_gather_single", "all_gather_tensor", "all_gather_into_tensor_coalesced",
-    "reduce_scatter_tensor_coalesced", "wait_tensor",
+    "reduce_scatter_tensor_coalesced", "wait_tensor", "reduce_scatter_single",
 })
 _COLLECTIVE_MODULES = ("torch/distributed/", "ray/util/collective/")
 # Native frames of the communication libraries (py-spy --native).

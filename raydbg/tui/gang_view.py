@@ -2,7 +2,8 @@
 
 `g` on the main screen opens it. The top table lists what there is to look at (every
 Train run, every job; for a run, the ranks the others wait for by Flight Recorder);
-the middle one the chosen target's stack classes, odd ones first. Enter on a class
+under it, for a run where ranks wait, the wait-for chain (one hop a line, the culprits'
+place last); the middle one the chosen target's stack classes, odd ones first. Enter on a class
 attaches to a paused rank in it (the sessions pane's attach path: an AttachRequested
 message) or, when none is paused, shows its full stack. For a run, the bottom table
 has one row per rank: its state, the collective it is in, its recent step times
@@ -93,10 +94,19 @@ def _in_collective(r: dict[str, Any]) -> str:
     parts = []
     for name, g in sorted(groups.items()):
         started, done = g.get("started") or {}, g.get("completed") or {}
-        waiting = started.get("seq") is not None and started.get("seq") != done.get("seq")
+        if not started.get("seq"):
+            continue  # a group it is in by send/recv only (NCCL), no collective there
+        waiting = started.get("seq") != done.get("seq")
+        label = g.get("label") or name  # "world", "group [2,3]" (raydbg/gang/wait_for.py)
         parts.append(f"{'in ' if waiting else 'after '}{started.get('op')} #{started.get('seq')}"
-                     + ("" if name == "default_pg" else f" ({name})"))
+                     + ("" if label in ("world", "default_pg") else f" ({label})"))
     return ", ".join(parts) or "none yet"
+
+
+def chain_text(run: dict[str, Any] | None) -> str:
+    """The run's wait-for chain, one hop a line (raydbg/gang/wait_for.py); '' when nobody waits."""
+    lines = (run or {}).get("chain") or []
+    return "\n".join(lines)
 
 
 def rank_rows(run: dict[str, Any] | None, steps: dict[str, Any] | None) -> list[tuple[str, tuple[str, ...]]]:
@@ -158,6 +168,7 @@ class GangScreen(Screen[None]):
     #gang-targets { height: 1fr; border: round $primary; }
     #gang-classes { height: 2fr; border: round $primary; }
     #gang-ranks { height: 2fr; border: round $primary; }
+    #gang-chain { height: auto; max-height: 10; border: round $warning; padding: 0 1; display: none; }
     #gang-targets:focus, #gang-classes:focus, #gang-ranks:focus { border: round $accent; }
     """
     BINDINGS = [
@@ -178,6 +189,7 @@ class GangScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("gang view · taking stacks…", id="gang-status")
         yield RowTable(TARGET_COLUMNS, id="gang-targets")
+        yield Static("", id="gang-chain")
         yield RowTable(CLASS_COLUMNS, id="gang-classes")
         yield RowTable(RANK_COLUMNS, id="gang-ranks")
         yield Footer()
@@ -214,11 +226,17 @@ class GangScreen(Screen[None]):
     def show_ranks(self) -> None:
         target = self._run_target()
         table = self.query_one("#gang-ranks", RowTable)
+        chain = self.query_one("#gang-chain", Static)
         if target is None:
             table.set_rows([])
             set_border_title(table, "Ranks (pick a Train run)")
+            chain.display = False
             return
         run = next((r for r in self.answer.get("runs") or [] if (r["job_id"], r["run"]) == target), None)
+        text = chain_text(run)
+        chain.update(text)
+        chain.display = bool(text)
+        chain.border_title = "Who waits for whom (culprits last)"
         steps = next((r for r in self.steps.get("runs") or [] if (r["job_id"], r["train_run"]) == target), None)
         table.set_rows(rank_rows(run, steps))
         set_border_title(table, f"Ranks of run {target[1]}")
