@@ -234,13 +234,14 @@ def worker_setup_hook() -> None:
 
 def _install_worker() -> None:
     """The worker's parts and features, each with the hooks it needs."""
-    from raydbg.gang import cooperative
+    from raydbg.gang import arrival_reader, cooperative
     from raydbg.worker import hook, listeners, train
 
     hook.install()  # breakpoint() and post-mortem
     if _start_node_agents not in listeners.ON_PAUSE:
         listeners.ON_PAUSE.append(_start_node_agents)
     cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
+    arrival_reader.worker_setup()  # each step's collective arrival times in its progress record
     train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
     from raydbg.breakpoints import worker as armed_breakpoints
 

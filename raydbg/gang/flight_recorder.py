@@ -40,3 +40,24 @@ def local_view() -> dict[str, Any] | None:
     except Exception:
         return None  # a stack request never fails for want of collectives
     return collectives.rank_view({"entries": entries}, time.time_ns())  # {}: in a group, no collective yet
+
+
+def entries(only_active: bool = False) -> list[dict[str, Any]] | None:
+    """Every entry of this process's rings (gloo's, then NCCL's), completed collectives included
+    unless `only_active`: the arrival times of raydbg/gang/arrival_reader.py. None when the process
+    is in no torch group or Flight Recorder is off."""
+    dist = sys.modules.get("torch.distributed")
+    c10d = sys.modules.get("torch._C._distributed_c10d")
+    if dist is None or c10d is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+        return None
+    try:
+        if not dist.is_initialized():
+            return None
+        out: list[dict[str, Any]] = []
+        for name in _DUMPERS:
+            dump = getattr(c10d, name, None)
+            if dump is not None:
+                out += json.loads(dump(True, only_active)).get("entries") or []
+    except Exception:
+        return None  # a reader never fails for want of collectives
+    return out

@@ -1,15 +1,24 @@
-"""Per-rank step times and straggler decisions (pure): which rank keeps working longer than the others.
+"""Per-rank step times and straggler decisions (pure): which rank keeps the others waiting, step after step.
 
 The input is the node-merged progress records (raydbg/progress_records.py): each rank's
-record carries the work time of its recent steps (`busy_s`, from the end of one sync point
-to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray Data's
-batch iterators, `raydbg.data_wait()`) and the step number of the newest. Steps line up across ranks
-by number. A rank straggles when, for each of the last `steps` steps that every rank has
-recorded, its work time is above `factor` x the median of the others' and at least
-`min_extra_s` longer. That leaves out a uniform slowdown (the median rises with it), a
-single slow step, and steps too short to tell apart. A paused run is not judged (a rank
-paused by raydbg is slow by design). One event per straggling rank until it catches up.
-The service that feeds this and records the events is raydbg/gang/hang_service.py.
+record carries, for its recent steps, the work time (`busy_s`, from the end of one sync
+point to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray
+Data's batch iterators, `raydbg.data_wait()`), the time in the sync point itself (`wait_s`)
+and, in a torch group with Flight Recorder on, its arrival times at the step's collectives
+(`arr`, raydbg/gang/arrivals.py). Steps line up across ranks by number.
+
+A rank's *work* in a step is its work time less what it waited at the step's collectives
+for later ranks: in DDP or FSDP the others wait for a late rank inside their own step
+(the gradient all_reduce, the all_gathers), so their work times alone look the same. A
+rank straggles when, for each of the last `steps` steps every rank has recorded (with
+arrivals on every rank, or on none), its work is above `factor` x the median of the
+others' and at least `min_extra_s` longer. That leaves out a uniform slowdown (the median
+rises with it), a single slow step, and steps too short to tell apart. Per rank and step,
+"waited for others" (its wait at the step's collectives and at the sync point) and
+"others waited for it" (the others' wait at them for it alone) show who holds whom. A
+paused run is not judged (a rank paused by raydbg is slow by design). One event per
+straggling rank until it catches up. The service that feeds this and records the events
+is raydbg/gang/hang_service.py.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raydbg import progress_records
+from raydbg.gang import arrivals
 
 RunKey = tuple[str, str]  # (job_id, train_run)
 
@@ -61,15 +71,70 @@ def step_times(rec: dict[str, Any], field: str = "busy_s") -> dict[int, float]:
     return {first + i: float(t) for i, t in enumerate(times)}
 
 
-def data_split(ranks: dict[int, dict[str, Any]], rank: int, steps: list[int]) -> dict[str, float] | None:
-    """Where a straggler's work time went over `steps`: its median wait for data and compute,
+def sync_waits(rec: dict[str, Any]) -> dict[int, float]:
+    """{step: seconds in the sync point that ended it}: a report's wait is recorded when it returns,
+    after the record was written, so the newest is the step before `step`."""
+    return {k - 1: t for k, t in step_times(rec, "wait_s").items()}
+
+
+@dataclass
+class RankSteps:
+    """One rank's recent steps: work (less its waits at collectives), who waited for whom."""
+
+    work: dict[int, float]
+    # None: not known yet (a report's wait is recorded once it returned, after the record was written)
+    waited: dict[int, float | None]  # it waited for others: at the step's collectives and its sync point
+    late: dict[int, float | None]  # the others waited for it alone: at the same places
+    clock: str | None  # how its clock was lined up with the others' (arrivals.Clock.how)
+
+
+def _others_min(values: dict[int, float]) -> dict[int, float]:
+    """Per rank, the smallest of the other ranks' values (in O(n): the two smallest)."""
+    if len(values) < 2:
+        return {}
+    low, second = sorted(values, key=values.__getitem__)[:2]
+    return {r: values[second] if r == low else values[low] for r in values}
+
+
+def run_steps(ranks: dict[int, dict[str, Any]]) -> dict[int, RankSteps]:
+    """Per rank of a run: its steps' work, waits and the others' waits for it."""
+    decoded = {r: d for r, rec in ranks.items() if (d := arrivals.decode(rec)) is not None}
+    clocks = arrivals.clock_offsets(decoded, {r: ranks[r].get("node_id") for r in decoded})
+    waits = arrivals.step_waits(decoded, clocks)
+    measured = {k for per in decoded.values() for k in per}  # steps some rank has arrivals for
+    sync = {r: sync_waits(rec) for r, rec in ranks.items()}
+    sync_late: dict[int, dict[int, float]] = {}  # step -> rank -> the others' wait at the sync point for it
+    for k in {k for per in sync.values() for k in per}:
+        here = {r: per[k] for r, per in sync.items() if k in per}
+        sync_late[k] = {r: max(0.0, m - here[r]) for r, m in _others_min(here).items()}
+    out = {}
+    for r, rec in ranks.items():
+        mine = waits.get(r, {})
+        # A step some rank has arrivals for counts only with this rank's: else its waits inside
+        # the step would count as work.
+        work = {k: max(0.0, t - mine[k].waited_s) if k in mine else t
+                for k, t in step_times(rec).items() if k in mine or k not in measured}
+        known = [k for k in work if not sync[r] or k in sync[r]]
+        out[r] = RankSteps(
+            work={k: round(t, 4) for k, t in work.items()},
+            waited={k: round((mine[k].waited_s if k in mine else 0.0) + sync[r].get(k, 0.0), 4)
+                    if k in known else None for k in work},
+            late={k: round((mine[k].late_s if k in mine else 0.0) + sync_late.get(k, {}).get(r, 0.0), 4)
+                  if k in known else None for k in work},
+            clock=clocks[r].how if r in clocks else None)
+    return out
+
+
+def data_split(ranks: dict[int, dict[str, Any]], work: dict[int, dict[int, float]], rank: int,
+               steps: list[int]) -> dict[str, float] | None:
+    """Where a straggler's work went over `steps`: its median wait for data and compute,
     and the others' (medians over ranks of their medians); None without data marks."""
     def medians(r: int) -> tuple[float, float] | None:
-        busy, data = step_times(ranks[r]), step_times(ranks[r], "data_s")
+        busy, data = work[r], step_times(ranks[r], "data_s")
         if not all(s in data and s in busy for s in steps):
             return None
         return (statistics.median(data[s] for s in steps),
-                statistics.median(busy[s] - data[s] for s in steps))
+                statistics.median(max(0.0, busy[s] - data[s]) for s in steps))
 
     mine = medians(rank)
     others = [m for r in ranks if r != rank and (m := medians(r)) is not None]
@@ -103,11 +168,13 @@ def median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, Any]]:
+def judge(ranks: dict[int, dict[str, Any]], s: Settings,
+          steps: dict[int, RankSteps] | None = None) -> dict[int, dict[str, Any]]:
     """The ranks that straggle over the last `s.steps` common steps, with the figures that show it."""
     if len(ranks) < 2:
         return {}
-    times = {rank: step_times(rec) for rank, rec in ranks.items()}
+    steps = run_steps(ranks) if steps is None else steps
+    times = {rank: st.work for rank, st in steps.items()}
     common = set.intersection(*(set(t) for t in times.values()))
     last = sorted(common)[-s.steps:]
     if len(last) < s.steps:
@@ -124,7 +191,9 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, 
                 "others_median_s": [round(m, 4) for m in medians],
                 "ratio": round(statistics.median(mine[step] / m if m > 0 else float("inf")
                                                  for step, m in zip(last, medians, strict=True)), 2),
-                "data": data_split(ranks, rank, last),
+                "others_waited_s": [steps[rank].late[step] for step in last],
+                "clock": steps[rank].clock,
+                "data": data_split(ranks, times, rank, last),
             }
     return found
 
@@ -156,12 +225,20 @@ class StragglerDecider:
         return out
 
 
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 4) if known else None
+
+
 def message(found: dict[str, Any]) -> str:
     mine = statistics.median(found["busy_s"])
     others = statistics.median(found["others_median_s"])
     text = (f"Train run {found['train_run']} (job {found['job_id']}): rank {found['world_rank']} worked "
             f"{found['ratio']}x as long as the others' median for the last {len(found['steps'])} steps "
             f"({mine:.2f}s vs {others:.2f}s a step)")
+    held = _median([t for t in found.get("others_waited_s") or [] if t is not None]) or 0.0
+    if held > 0:
+        text += f"; the others waited {held:.2f}s a step for it"
     split = found.get("data")
     if split:
         extra_data = split["data_wait_s"] - split["others_data_wait_s"]
@@ -174,25 +251,27 @@ def message(found: dict[str, Any]) -> str:
 
 def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = None, run: str | None = None,
                settings: Settings | None = None) -> list[dict[str, Any]]:
-    """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent step times."""
+    """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent steps: work
+    (`busy_s`), waited for others (`wait_s`), others waited for it (`late_s`), data wait (`data_s`)."""
     settings = settings or Settings.from_env()
     out = []
     for (job_id, name), ranks in sorted(train_ranks(beats).items()):
         if (job and job != job_id) or (run and run != name):
             continue
-        slow = judge(ranks, settings)
+        steps = run_steps(ranks)
+        slow = judge(ranks, settings, steps)
         rows = []
         for rank, rec in sorted(ranks.items()):
-            busy = [float(t) for t in rec.get("busy_s") or []]
-            wait = [float(t) for t in rec.get("wait_s") or []]
-            data = [float(t) for t in rec.get("data_s") or []]
+            st = steps[rank]
+            order = sorted(st.work)
+            data = step_times(rec, "data_s")
+            lists: dict[str, list[float | None]] = {
+                     "busy_s": [st.work[k] for k in order], "wait_s": [st.waited[k] for k in order],
+                     "late_s": [st.late[k] for k in order], "data_s": [data[k] for k in order if k in data]}
             rows.append({"world_rank": rank, "node_id": rec.get("node_id"), "pid": rec.get("pid"),
                          "step": rec.get("step"), "last_progress_s": round(max(0.0, now - float(rec.get("ts", 0))), 1),
-                         "busy_s": busy, "wait_s": wait, "data_s": data,
-                         "busy_median_s": round(statistics.median(busy), 4) if busy else None,
-                         "wait_median_s": round(statistics.median(wait), 4) if wait else None,
-                         "data_median_s": round(statistics.median(data), 4) if data else None,
-                         "straggler": rank in slow})
+                         "steps": order, **lists, **{f"{k[:-2]}_median_s": _median(v) for k, v in lists.items()},
+                         "clock": st.clock, "straggler": rank in slow})
         out.append({"job_id": job_id, "train_run": name, "ranks": rows,
                     "stragglers": sorted(slow), "factor": settings.factor, "steps": settings.steps})
     return out
