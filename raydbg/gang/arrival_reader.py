@@ -4,7 +4,7 @@
 raydbg/progress_records.py: at each step's end (a `ray.train.report`, `raydbg.progress()`,
 a finished step span) the listener is told the step's window, on this process's clock. It
 reads torch's Flight Recorder in-process (raydbg/gang/flight_recorder.py) at most every
-READ_EVERY_S and at most BUDGET of the time (a dump's cost grows faster than the ring:
+READ_EVERY_S and at most BUDGET of its CPU time (a dump's cost grows faster than the ring:
 measured here ~1 ms for 100 entries, tens to hundreds of ms for a full ring of 2,000),
 summarizes each recent window still whole in the ring (raydbg/gang/arrivals.py) and
 returns the record's `arr`: a few hundred bytes. A process in no torch group, or with
@@ -24,7 +24,8 @@ from raydbg import progress_records
 from raydbg.gang import arrivals, flight_recorder
 
 READ_EVERY_S = 1.0  # the gateway judges stragglers every second: no point reading more often
-BUDGET = 0.01  # of this process's time that Flight Recorder dumps may take
+BUDGET = 0.01  # of this process's time that Flight Recorder dumps may take (CPU time: a loaded
+# machine stretches a dump's wall time, not the work it costs)
 
 
 class ArrivalReader:
@@ -59,9 +60,9 @@ class ArrivalReader:
                                             if (g := self._done.get(w.step)) is not None), now)}
 
     def _read(self, mono: float) -> None:
-        start = time.perf_counter()
+        start = time.thread_time()
         got = self._entries()
-        self.last_read_s = took = time.perf_counter() - start
+        self.last_read_s = took = time.thread_time() - start
         self._next_read = mono + max(self._read_every_s, took / self._budget)
         if got is None:
             return  # not (yet) in a torch group, or Flight Recorder off

@@ -102,10 +102,16 @@ def run_steps(ranks: dict[int, dict[str, Any]]) -> dict[int, RankSteps]:
     clocks = arrivals.clock_offsets(decoded, {r: ranks[r].get("node_id") for r in decoded})
     waits = arrivals.step_waits(decoded, clocks)
     measured = {k for per in decoded.values() for k in per}  # steps some rank has arrivals for
+    # At a sync point that releases every rank at once, a rank's wait there less the last rank's
+    # (the sync point's own cost) is what it waited for the others: their arrivals' difference.
     sync = {r: sync_waits(rec) for r, rec in ranks.items()}
+    sync_waited: dict[int, dict[int, float]] = {r: {} for r in ranks}
     sync_late: dict[int, dict[int, float]] = {}  # step -> rank -> the others' wait at the sync point for it
     for k in {k for per in sync.values() for k in per}:
         here = {r: per[k] for r, per in sync.items() if k in per}
+        least = min(here.values())
+        for r, t in here.items():
+            sync_waited[r][k] = t - least
         sync_late[k] = {r: max(0.0, m - here[r]) for r, m in _others_min(here).items()}
     out = {}
     for r, rec in ranks.items():
@@ -117,7 +123,7 @@ def run_steps(ranks: dict[int, dict[str, Any]]) -> dict[int, RankSteps]:
         known = [k for k in work if not sync[r] or k in sync[r]]
         out[r] = RankSteps(
             work={k: round(t, 4) for k, t in work.items()},
-            waited={k: round((mine[k].waited_s if k in mine else 0.0) + sync[r].get(k, 0.0), 4)
+            waited={k: round((mine[k].waited_s if k in mine else 0.0) + sync_waited[r].get(k, 0.0), 4)
                     if k in known else None for k in work},
             late={k: round((mine[k].late_s if k in mine else 0.0) + sync_late.get(k, {}).get(r, 0.0), 4)
                   if k in known else None for k in work},
@@ -168,6 +174,15 @@ def median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
+def judged_steps(steps: dict[int, RankSteps], s: Settings) -> list[int]:
+    """The last `s.steps` steps every rank has work for; [] when there are fewer (nothing to judge yet)."""
+    if len(steps) < 2:
+        return []
+    common = set.intersection(*(set(st.work) for st in steps.values()))
+    last = sorted(common)[-s.steps:]
+    return last if len(last) == s.steps else []
+
+
 def judge(ranks: dict[int, dict[str, Any]], s: Settings,
           steps: dict[int, RankSteps] | None = None) -> dict[int, dict[str, Any]]:
     """The ranks that straggle over the last `s.steps` common steps, with the figures that show it."""
@@ -175,9 +190,8 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings,
         return {}
     steps = run_steps(ranks) if steps is None else steps
     times = {rank: st.work for rank, st in steps.items()}
-    common = set.intersection(*(set(t) for t in times.values()))
-    last = sorted(common)[-s.steps:]
-    if len(last) < s.steps:
+    last = judged_steps(steps, s)
+    if not last:
         return {}
     by_step = {step: sorted(t[step] for t in times.values()) for step in last}
     found = {}
@@ -213,7 +227,12 @@ class StragglerDecider:
             if run in paused:
                 still |= {k for k in self.flagged if k[0] == run}  # judged again once it runs
                 continue
-            for rank, figures in judge(ranks, self.settings).items():
+            steps = run_steps(ranks)
+            if not judged_steps(steps, self.settings):
+                # Too few steps every rank has figures for (arrivals not read yet on one): not a catch-up.
+                still |= {k for k in self.flagged if k[0] == run}
+                continue
+            for rank, figures in judge(ranks, self.settings, steps).items():
                 still.add((run, rank))
                 if (run, rank) in self.flagged:
                     continue
