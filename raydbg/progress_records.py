@@ -16,6 +16,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +28,25 @@ RECORD_SIZE = 2048  # fixed, padded with spaces: a rewrite always covers the pre
 IDENTITY_RETRY_S = 10.0  # a worker that beat before its Train context existed looks again
 RECENT_STEPS = 8  # step times kept in the record: what straggler detection looks back over
 
-# Filled by the worker's setup (a feature's hook; this module imports none): called at the end of
-# each timed step with (step, start, end, released, now), times on this process's clock; `released`:
-# the step started when a sync point every rank shares returned (a Train report). Each returns
-# fields for the record (a few hundred bytes: raydbg/gang/arrival_reader.py) or None.
-StepListener = Callable[[int, float, float, bool, float], "dict[str, Any] | None"]
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """A step just ended, on this process's clock: what a step listener is told."""
+
+    step: int
+    start: float
+    end: float
+    released: bool  # it started when a sync point every rank shares returned (a Train report)
+    at_sync: bool  # it ended arriving at such a sync point (its wait there is known once it returns)
+    data_s: float  # of it, the time waiting for data
+    last_sync: tuple[int, float] | None  # (step, wait) of the newest sync point that returned
+
+
+# Filled by the worker's setup (a feature's hook; this module imports none): called under the
+# beat's lock at the end of each timed step. Each returns fields for the record (a few hundred
+# bytes: raydbg/gang/arrival_reader.py) or None.
+StepListener = Callable[[StepEnd], "dict[str, Any] | None"]
 STEP_LISTENERS: list[StepListener] = []
 
 
@@ -80,6 +95,8 @@ class Beat:
         self._lock = threading.Lock()
         self._resumed_at: float | None = None  # when the last sync point returned
         self._released = False  # the current step started at a sync point's return
+        self._arrived_step = 0  # the step whose beat arrived at the sync point now waited in
+        self._last_sync: tuple[int, float] | None = None
         self._arrived_at: float | None = None
         self._busy: deque[float] = deque(maxlen=RECENT_STEPS)
         self._wait: deque[float] = deque(maxlen=RECENT_STEPS)
@@ -113,10 +130,12 @@ class Beat:
             elif self._resumed_at is not None:
                 self._busy.append(round(now - self._resumed_at, 4))
                 self._data.append(round(self._data_now, 4))
-                extra = self._listeners(self._resumed_at, now)
+                extra = self._listeners(StepEnd(self.steps, self._resumed_at, now, self._released, sync,
+                                                round(self._data_now, 4), self._last_sync))
             self._data_now = 0.0
             if timed:
                 self._arrived_at = now if sync else None
+                self._arrived_step = self.steps
                 self._resumed_at = None if sync else now
                 self._released = False
             times = f'"busy_s": {list(self._busy)}, "wait_s": {list(self._wait)}, "data_s": {list(self._data)}'
@@ -129,12 +148,12 @@ class Beat:
             # One write of the whole block: a reader racing it gets bad JSON and skips it once.
             os.pwrite(fd, data.encode()[:RECORD_SIZE].ljust(RECORD_SIZE), 0)
 
-    def _listeners(self, start: float, now: float) -> str:
+    def _listeners(self, end: StepEnd) -> str:
         """The step listeners' fields for this record (`, "key": value...`); a failing one adds nothing."""
         out = ""
         for listener in STEP_LISTENERS:
             try:
-                fields = listener(self.steps, start, now, self._released, now)
+                fields = listener(end)
                 if fields:
                     out += ", " + json.dumps(fields, separators=(",", ":"))[1:-1]
             except Exception:
@@ -148,6 +167,7 @@ class Beat:
         with self._lock:
             if self._arrived_at is not None:
                 self._wait.append(round(now - self._arrived_at, 4))
+                self._last_sync = (self._arrived_step, self._wait[-1])
                 self._arrived_at = None
             self._resumed_at = now
             self._released = True

@@ -33,7 +33,6 @@ def run(n: int = 3, steps: int = 7, late: dict[int, float] | None = None, extra:
     late, extra, shift, nodes, lost = late or {}, extra or {}, shift or {}, nodes or {}, lost or {}
     entries: dict[int, list[dict[str, Any]]] = {r: [] for r in range(n)}
     windows: dict[int, list[Window]] = {r: [] for r in range(n)}
-    busy: dict[int, list[float]] = {r: [] for r in range(n)}
     start, seq = 1000.0, 0
     for k in range(1, steps + 1):
         own = {r: COMPUTE + extra.get(r, 0.0) + (late.get(k, 0.0) if r == 1 else 0.0) for r in range(n)}
@@ -44,16 +43,17 @@ def run(n: int = 3, steps: int = 7, late: dict[int, float] | None = None, extra:
         end = release + 0.01 * collectives
         for r in range(n):
             windows[r].append(Window(k, start + shift.get(r, 0.0), end + shift.get(r, 0.0), released))
-            busy[r].append(round(end - start, 4))
         seq += collectives
         start = end + 0.002  # every rank arrives at the report together and leaves it together
     recs = []
     for r in range(n):
         now = start + 0.5 + shift.get(r, 0.0)
-        kept = [(w, arrivals.summarize(entries[r], w)) for w in windows[r] if w.step not in lost.get(r, set())]
+        # The newest steps read (as the reader keeps them); the last one's report has not returned yet.
+        kept = {w.step: arrivals.StepArrivals(w.start, w.end, w.released, 0.0, None if w.step == steps else 0.002,
+                                              arrivals.summarize(entries[r], w))
+                for w in windows[r][-progress.RECENT_STEPS:] if w.step not in lost.get(r, set())}
         recs.append({"job_id": "j", "train_run": "r", "world_rank": r, "world_size": n, "node_id": nodes.get(r, "n0"),
-                     "pid": 100 + r, "ts": now, "step": steps, "busy_s": busy[r][-progress.RECENT_STEPS:],
-                     "wait_s": [0.002] * min(steps - 1, progress.RECENT_STEPS), "arr": arrivals.encode(kept, now)})
+                     "pid": 100 + r, "ts": now, "step": steps, "arr": arrivals.encode(kept, now)})
     return recs
 
 
@@ -80,13 +80,14 @@ def test_summarize_cuts_one_step_per_group_and_leaves_out_what_it_cannot_compare
 def test_encoded_arrivals_travel_as_ms_before_the_record_and_come_back() -> None:
     w = Window(5, 99.5, 100.0, True)
     groups = arrivals.summarize([entry(s, 99.6 + s / 100) for s in range(1, 7)], w)
-    raw = arrivals.encode([(w, groups)], now=100.25)
-    assert raw == [[5, -750, 1, [["0", 1, 6, [-640, -620, -610, -590]]]]]  # ids 1, 3, 4, 6
-    assert len(json.dumps(raw)) < 60
+    raw = arrivals.encode({5: arrivals.StepArrivals(99.5, 100.0, True, 0.12, None, groups)}, now=100.25)
+    assert raw == [[5, -750, -250, 1, 120, None, [["0", 1, 6, [-640, -620, -610, -590]]]]]  # ids 1, 3, 4, 6
+    assert len(json.dumps(raw)) < 80
     back = arrivals.decode({"ts": 100.25, "arr": raw})
-    assert back is not None and back[5].start == pytest.approx(99.5) and back[5].released
+    assert back is not None and (back[5].start, back[5].end) == pytest.approx((99.5, 100.0))
+    assert back[5].released and back[5].data_s == 0.12 and back[5].sync_wait_s is None
     assert back[5].groups["0"].at == pytest.approx({1: 99.61, 3: 99.63, 4: 99.64, 6: 99.66})
-    assert arrivals.decode({"ts": 1.0, "arr": [[1, 0, 1, [["0", 1, 6, [1, 2]]]]]}) is None  # 4 expected
+    assert arrivals.decode({"ts": 1.0, "arr": [[1, 0, 1, 1, 0, 0, [["0", 1, 6, [1, 2]]]]]}) is None  # 4 expected
     assert arrivals.decode({"ts": 1.0, "arr": "x"}) is None and arrivals.decode({"ts": 1.0}) is None
 
 
@@ -132,7 +133,8 @@ def test_without_shared_releases_another_node_is_unchecked() -> None:
 # --- the straggler rule on arrivals ------------------------------------------------------------------
 def test_ddp_like_a_rank_late_at_every_step_is_named_though_every_work_time_is_equal() -> None:
     recs = run(extra={1: 0.35})
-    assert len({tuple(r["busy_s"]) for r in recs}) == 1  # lock-step: the old reading sees nothing
+    steps = [arrivals.decode(r) for r in recs]  # lock-step: every rank's time to the report is the same
+    assert len({tuple(round(s.end - s.start, 4) for s in d.values()) for d in steps if d}) == 1
     (found,) = StragglerDecider(Settings()).update(recs, [])
     assert found["world_rank"] == 1 and found["steps"] == [3, 4, 5, 6, 7]
     # Its work: 0.1 + 0.35 before the first collective, 0.06 in the others; theirs less the 0.35 waited.
@@ -159,6 +161,11 @@ def test_a_step_not_every_rank_has_arrivals_for_is_not_judged() -> None:
     (found,) = StragglerDecider(Settings()).update(recs, [])
     assert found["steps"] == [1, 2, 3, 4, 5]
     assert StragglerDecider(Settings()).update(run(extra={1: 0.35}, lost={0: {1, 2, 3, 6, 7}}), []) == []
+    # A rank with no arrivals at all, in a run whose others have them: its step times alone
+    # would count its waits as work, so the run is not judged.
+    mixed = run(extra={1: 0.35})
+    mixed[2] = {**{k: v for k, v in mixed[2].items() if k != "arr"}, "busy_s": [0.511] * 7}
+    assert StragglerDecider(Settings()).update(mixed, []) == []
 
 
 def test_steps_view_shows_both_waits() -> None:
@@ -194,55 +201,68 @@ class Ring:
         return list(self.entries)
 
 
-def test_the_reader_reads_at_most_every_interval_and_summarizes_each_step_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "5")
-    ring, mono = Ring(), [0.0]
-    reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0, clock=lambda: mono[0])
-    ring.entries = [entry(1, 10.5), entry(2, 10.6)]
-    out = reader.on_step(1, 10.0, 11.0, True, 11.0)
-    assert ring.reads == 1 and out == {"arr": [[1, -1000, 1, [["0", 1, 2, [-500, -400]]]]]}
-    ring.entries += [entry(3, 11.5)]
-    mono[0] = 0.5
-    out = reader.on_step(2, 11.0, 12.0, True, 12.0)
-    assert ring.reads == 1 and out == {"arr": [[1, -2000, 1, [["0", 1, 2, [-1500, -1400]]]]]}  # not read yet
-    ring.entries = [entry(2, 10.6), entry(3, 11.5), entry(4, 12.5), entry(5, 12.6), entry(6, 12.7)]  # full
-    mono[0] = 1.0
-    out = reader.on_step(3, 12.0, 13.0, True, 13.0)
-    assert ring.reads == 2
-    assert out == {"arr": [[1, -3000, 1, [["0", 1, 2, [-2500, -2400]]]], [2, -2000, 1, [["0", 3, 1, [-1500]]]],
-                           [3, -1000, 1, [["0", 4, 3, [-500, -400, -300]]]]]}
-    # A step whose window starts before the oldest entry of a full ring is lost, not summarized short.
-    ring.entries = [entry(7, 13.8), entry(8, 14.5), entry(9, 14.6), entry(10, 14.7), entry(11, 14.8)]
-    mono[0] = 2.0
-    reader.on_step(4, 13.0, 14.0, True, 14.0)
-    assert 4 not in {s[0] for s in reader.on_step(5, 14.0, 15.0, True, 15.0)["arr"]}
+def ended(k: int, period: float = 0.25, sync: tuple[int, float] | None = None) -> progress.StepEnd:
+    """Step k of a loop with one step every `period` s from t=100, each ending at a report."""
+    return progress.StepEnd(k, 100 + (k - 1) * period, 100 + k * period, True, True, 0.0, sync)
+
+
+def test_the_reader_reads_at_the_same_steps_on_every_rank_and_keeps_the_newest() -> None:
+    ring = Ring()
+    reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0)
+    reads = []
+    for k in range(1, 13):
+        ring.entries.append(entry(k, 100 + (k - 1) * 0.25 + 0.1))  # one collective a step
+        out = reader.on_step(ended(k, sync=(k - 1, 0.01) if k > 1 else None))
+        reads.append(ring.reads)
+    # Steps 1-2: no period yet, read at once (cheap); then every 4th step: 4 x 0.25 s spans 1 s.
+    assert reads == [1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5] and reader.stride() == 4
+    assert out is not None
+    arr = arrivals.decode({"ts": 103.0, **out})
+    assert arr is not None and sorted(arr) == [5, 6, 7, 8, 9, 10, 11, 12]  # the newest 8 read
+    assert arr[12].groups["0"].at == pytest.approx({12: 102.85}) and arr[12].sync_wait_s is None
+    assert arr[11].sync_wait_s == 0.01  # step 11's report returned before step 12 ended
+    out = reader.on_step(ended(13, sync=(12, 0.02)))
+    arr = arrivals.decode({"ts": 103.25, **(out or {})})
+    assert arr is not None and arr[12].sync_wait_s == 0.02 and 13 not in arr  # known now; 13 not read
 
 
 def test_the_reader_keeps_to_its_budget_and_adds_nothing_outside_a_group(monkeypatch: pytest.MonkeyPatch) -> None:
-    mono = [0.0]
-    outside = arrival_reader.ArrivalReader(lambda: None, clock=lambda: mono[0])
-    assert outside.on_step(1, 0.0, 1.0, False, 1.0) is None
+    outside = arrival_reader.ArrivalReader(lambda: None)
+    assert all(outside.on_step(ended(k)) is None for k in range(1, 5))
     ring = Ring()
-    reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0, budget=0.01, clock=lambda: mono[0])
-    times = iter([0.0, 0.05])  # one read costs 50 ms: the next may come 5 s later, not 1 s
-    monkeypatch.setattr(arrival_reader.time, "thread_time", lambda: next(times))
-    reader.on_step(1, 0.0, 1.0, True, 1.0)
-    mono[0] = 4.9
-    reader.on_step(2, 1.0, 2.0, True, 2.0)
-    assert ring.reads == 1
+    reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0, budget=0.01)
+    clock = iter([0.0, 0.05] * 10)  # each read costs 50 ms of CPU: one every 5 s, not every 1 s
+    monkeypatch.setattr(arrival_reader.time, "thread_time", lambda: next(clock))
+    for k in range(1, 4):
+        reader.on_step(ended(k))
+    assert reader.stride() == 32  # 5 s at 0.25 s a step, rounded up to a power of two
+
+
+def test_a_step_no_longer_whole_in_a_full_ring_is_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "3")
+    ring = Ring()
+    reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0)
+    ring.entries = [entry(1, 100.1)]
+    reader.on_step(ended(1))
+    reader.on_step(ended(2))
+    reader.on_step(ended(3))  # not read: stride 4
+    ring.entries = [entry(5, 100.6), entry(6, 100.8), entry(7, 100.85)]  # full; step 3 began at 100.5
+    out = reader.on_step(ended(4))
+    arr = arrivals.decode({"ts": 101.0, **(out or {})})
+    assert arr is not None and sorted(arr) == [1, 2, 4] and arr[4].groups["0"].count == 2
 
 
 def test_a_beat_carries_its_listeners_fields_and_survives_a_failing_one(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
     monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r", "world_rank": 0})
-    seen: list[tuple[int, bool]] = []
+    seen: list[progress.StepEnd] = []
 
-    def listener(step: int, start: float, end: float, released: bool, now: float) -> dict[str, Any]:
-        seen.append((step, released))
-        return {"arr": [[step]]}
+    def listener(end: progress.StepEnd) -> dict[str, Any]:
+        seen.append(end)
+        return {"arr": [[end.step]]}
 
-    def broken(*args: Any) -> dict[str, Any]:
+    def broken(end: progress.StepEnd) -> dict[str, Any]:
         raise RuntimeError("a listener's bug")
 
     monkeypatch.setattr(progress, "STEP_LISTENERS", [broken, listener])
@@ -255,9 +275,11 @@ def test_a_beat_carries_its_listeners_fields_and_survives_a_failing_one(tmp_path
     b.beat()  # raydbg.progress(): this step started at the report's return, the next one does not
     b.beat()
     got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())
-    assert seen == [(2, True), (3, True), (4, False)] and got["arr"] == [[4]] and len(got["busy_s"]) == 3
+    assert [(e.step, e.released, e.at_sync, e.last_sync is not None and e.last_sync[0]) for e in seen] == [
+        (2, True, True, 1), (3, True, False, 2), (4, False, False, 2)]
+    assert got["arr"] == [[4]] and len(got["busy_s"]) == 3
     # Too long for the record: the listeners' fields go first, the step times stay.
-    monkeypatch.setattr(progress, "STEP_LISTENERS", [lambda *a: {"arr": "x" * progress.RECORD_SIZE}])
+    monkeypatch.setattr(progress, "STEP_LISTENERS", [lambda end: {"arr": "x" * progress.RECORD_SIZE}])
     b.beat()
     got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())
     assert "arr" not in got and len(got["busy_s"]) == 4

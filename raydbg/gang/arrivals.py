@@ -4,10 +4,12 @@ Two halves, one format. In a rank (`summarize`, `encode`; called by
 raydbg/gang/arrival_reader.py at its progress beats): the rank's Flight Recorder entries
 (`time_created_ns`: when the rank entered the collective, on its own clock), cut into its
 recent step windows, become a few hundred bytes of its progress record (`arr`): per step,
-the step's start, whether it started at a release every rank shares (a `ray.train.report`
-returns at the same moment on every rank), and per process group the step's first
-sequence id, its number of collectives and the rank's arrival at up to SAMPLED of them
-(the first, the last and evenly between: the same sequence ids on every rank).
+its start and end, whether it started at a release every rank shares (a `ray.train.report`
+returns at the same moment on every rank), its wait for data and at the sync point that
+ended it, and per process group the step's first sequence id, its number of collectives
+and the rank's arrival at up to SAMPLED of them (the first, the last and evenly between:
+the same sequence ids on every rank). Each step is whole in itself: the steps a rank has
+read need not be its newest.
 
 On the gateway (`decode`, `clock_offsets`, `step_waits`): per rank and step, how long it
 waited for the others at the step's collectives (`waited_s`: from its arrival to the last
@@ -52,8 +54,13 @@ class GroupArrivals:
 
 @dataclass
 class StepArrivals:
+    """One step of a rank: its window (own clock), waits, and arrivals per group."""
+
     start: float
+    end: float
     released: bool
+    data_s: float = 0.0  # of the step, waiting for data
+    sync_wait_s: float | None = None  # in the sync point that ended it; None: not returned yet
     groups: dict[str, GroupArrivals] = field(default_factory=dict)
 
 
@@ -94,17 +101,19 @@ def summarize(entries: Iterable[Mapping[str, Any]], window: Window) -> dict[str,
     return out
 
 
-# --- the record's `arr`: [[step, start_ms, released, [[group, first, count, [t_ms...]]...]]...],
-# times in ms before the record's `ts` (small integers; 1 ms is far below a straggler's lag).
-def _ms(t: float, now: float) -> int:
+# --- the record's `arr`: [[step, start_ms, end_ms, released, data_ms, sync_ms|null,
+# [[group, first, count, [t_ms...]]...]]...], times in ms before the record's `ts`, durations
+# in ms (small integers; 1 ms is far below a straggler's lag).
+def _ms(t: float, now: float = 0.0) -> int:
     return round((t - now) * 1000)
 
 
-def encode(steps: Iterable[tuple[Window, dict[str, GroupArrivals]]], now: float) -> list[Any]:
+def encode(steps: Mapping[int, StepArrivals], now: float) -> list[Any]:
     out: list[Any] = []
-    for w, groups in steps:
-        out.append([w.step, _ms(w.start, now), int(w.released),
-                    [[name, g.first, g.count, [_ms(g.at[s], now) for s in sorted(g.at)]] for name, g in groups.items()]])
+    for k, s in sorted(steps.items()):
+        out.append([k, _ms(s.start, now), _ms(s.end, now), int(s.released), _ms(s.data_s),
+                    None if s.sync_wait_s is None else _ms(s.sync_wait_s),
+                    [[name, g.first, g.count, [_ms(g.at[q], now) for q in sorted(g.at)]] for name, g in s.groups.items()]])
     return out
 
 
@@ -116,8 +125,9 @@ def decode(rec: Mapping[str, Any]) -> dict[int, StepArrivals] | None:
         return None
     out: dict[int, StepArrivals] = {}
     try:
-        for step, start, released, groups in raw:
-            one = StepArrivals(ts + start / 1000, bool(released))
+        for step, start, end, released, data, sync, groups in raw:
+            one = StepArrivals(ts + start / 1000, ts + end / 1000, bool(released), data / 1000,
+                               None if sync is None else sync / 1000)
             for name, first, count, times in groups:
                 seqs = sampled(int(first), int(count))
                 if len(seqs) != len(times):

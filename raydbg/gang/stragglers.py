@@ -82,10 +82,20 @@ class RankSteps:
     """One rank's recent steps: work (less its waits at collectives), who waited for whom."""
 
     work: dict[int, float]
-    # None: not known yet (a report's wait is recorded once it returned, after the record was written)
+    # None: not known yet (a report's wait is known once it returned, after the record was written)
     waited: dict[int, float | None]  # it waited for others: at the step's collectives and its sync point
     late: dict[int, float | None]  # the others waited for it alone: at the same places
+    data: dict[int, float]  # of its work, waiting for data
     clock: str | None  # how its clock was lined up with the others' (arrivals.Clock.how)
+
+
+@dataclass(frozen=True)
+class _Step:
+    busy: float  # from the step's start to its arrival at the sync point (or its end)
+    sync: float | None  # its wait in the sync point that ended it (0: none; None: not known yet)
+    data: float | None
+    waited: float = 0.0  # at the step's collectives
+    late: float = 0.0
 
 
 def _others_min(values: dict[int, float]) -> dict[int, float]:
@@ -96,54 +106,70 @@ def _others_min(values: dict[int, float]) -> dict[int, float]:
     return {r: values[second] if r == low else values[low] for r in values}
 
 
+def _from_lists(rec: dict[str, Any]) -> dict[int, _Step]:
+    """A rank without arrivals: its steps from the record's lists (the newest RECENT_STEPS)."""
+    sync, data = sync_waits(rec), step_times(rec, "data_s")
+    report_loop = bool(sync)
+    return {k: _Step(t, sync.get(k) if report_loop else 0.0, data.get(k)) for k, t in step_times(rec).items()}
+
+
+def _from_arrivals(per: dict[int, arrivals.StepArrivals], waits: dict[int, arrivals.Waits]) -> dict[int, _Step]:
+    return {k: _Step(s.end - s.start, s.sync_wait_s, s.data_s, waits[k].waited_s, waits[k].late_s)
+            for k, s in per.items() if k in waits}
+
+
 def run_steps(ranks: dict[int, dict[str, Any]]) -> dict[int, RankSteps]:
-    """Per rank of a run: its steps' work, waits and the others' waits for it."""
-    decoded = {r: d for r, rec in ranks.items() if (d := arrivals.decode(rec)) is not None}
-    clocks = arrivals.clock_offsets(decoded, {r: ranks[r].get("node_id") for r in decoded})
-    waits = arrivals.step_waits(decoded, clocks)
-    measured = {k for per in decoded.values() for k in per}  # steps some rank has arrivals for
+    """Per rank of a run: its steps' work, waits and the others' waits for it.
+
+    Where any rank carries arrivals (it is in a torch group with Flight Recorder on), only the
+    steps read from them count, on every rank: a rank's steps without them would count its
+    waits inside the step as work."""
+    decoded = {r: arrivals.decode(rec) for r, rec in ranks.items()}
+    read = {r: d for r, d in decoded.items() if d is not None}
+    clocks = arrivals.clock_offsets(read, {r: ranks[r].get("node_id") for r in read})
+    if read:
+        waits = arrivals.step_waits(read, clocks)
+        table = {r: _from_arrivals(d, waits[r]) if d is not None else {} for r, d in decoded.items()}
+    else:
+        table = {r: _from_lists(rec) for r, rec in ranks.items()}
     # At a sync point that releases every rank at once, a rank's wait there less the last rank's
     # (the sync point's own cost) is what it waited for the others: their arrivals' difference.
-    sync = {r: sync_waits(rec) for r, rec in ranks.items()}
     sync_waited: dict[int, dict[int, float]] = {r: {} for r in ranks}
-    sync_late: dict[int, dict[int, float]] = {}  # step -> rank -> the others' wait at the sync point for it
-    for k in {k for per in sync.values() for k in per}:
-        here = {r: per[k] for r, per in sync.items() if k in per}
+    sync_late: dict[int, dict[int, float]] = {r: {} for r in ranks}
+    for k in {k for per in table.values() for k in per}:
+        here = {r: st.sync for r, per in table.items() if (st := per.get(k)) is not None and st.sync is not None}
+        if not here:
+            continue
         least = min(here.values())
         for r, t in here.items():
             sync_waited[r][k] = t - least
-        sync_late[k] = {r: max(0.0, m - here[r]) for r, m in _others_min(here).items()}
+        for r, m in _others_min(here).items():
+            sync_late[r][k] = max(0.0, m - here[r])
     out = {}
-    for r, rec in ranks.items():
-        mine = waits.get(r, {})
-        # A step some rank has arrivals for counts only with this rank's: else its waits inside
-        # the step would count as work.
-        work = {k: max(0.0, t - mine[k].waited_s) if k in mine else t
-                for k, t in step_times(rec).items() if k in mine or k not in measured}
-        known = [k for k in work if not sync[r] or k in sync[r]]
+    for r, per in table.items():
+        known = {k for k, st in per.items() if st.sync is not None}
         out[r] = RankSteps(
-            work={k: round(t, 4) for k, t in work.items()},
-            waited={k: round((mine[k].waited_s if k in mine else 0.0) + sync_waited[r].get(k, 0.0), 4)
-                    if k in known else None for k in work},
-            late={k: round((mine[k].late_s if k in mine else 0.0) + sync_late.get(k, {}).get(r, 0.0), 4)
-                  if k in known else None for k in work},
+            work={k: round(max(0.0, st.busy - st.waited), 4) for k, st in per.items()},
+            waited={k: round(st.waited + sync_waited[r].get(k, 0.0), 4) if k in known else None
+                    for k, st in per.items()},
+            late={k: round(st.late + sync_late[r].get(k, 0.0), 4) if k in known else None for k, st in per.items()},
+            data={k: st.data for k, st in per.items() if st.data is not None},
             clock=clocks[r].how if r in clocks else None)
     return out
 
 
-def data_split(ranks: dict[int, dict[str, Any]], work: dict[int, dict[int, float]], rank: int,
-               steps: list[int]) -> dict[str, float] | None:
-    """Where a straggler's work went over `steps`: its median wait for data and compute,
+def data_split(steps: dict[int, RankSteps], rank: int, last: list[int]) -> dict[str, float] | None:
+    """Where a straggler's work went over the steps `last`: its median wait for data and compute,
     and the others' (medians over ranks of their medians); None without data marks."""
     def medians(r: int) -> tuple[float, float] | None:
-        busy, data = work[r], step_times(ranks[r], "data_s")
-        if not all(s in data and s in busy for s in steps):
+        work, data = steps[r].work, steps[r].data
+        if not all(s in data and s in work for s in last):
             return None
-        return (statistics.median(data[s] for s in steps),
-                statistics.median(max(0.0, busy[s] - data[s]) for s in steps))
+        return (statistics.median(data[s] for s in last),
+                statistics.median(max(0.0, work[s] - data[s]) for s in last))
 
     mine = medians(rank)
-    others = [m for r in ranks if r != rank and (m := medians(r)) is not None]
+    others = [m for r in steps if r != rank and (m := medians(r)) is not None]
     if mine is None or not others or (mine[0] == 0 and all(o[0] == 0 for o in others)):
         return None  # no step of any rank waited in a marked data wait: nothing to split
     return {"data_wait_s": round(mine[0], 4), "compute_s": round(mine[1], 4),
@@ -207,7 +233,7 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings,
                                                  for step, m in zip(last, medians, strict=True)), 2),
                 "others_waited_s": [steps[rank].late[step] for step in last],
                 "clock": steps[rank].clock,
-                "data": data_split(ranks, times, rank, last),
+                "data": data_split(steps, rank, last),
             }
     return found
 
@@ -283,10 +309,9 @@ def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = No
         for rank, rec in sorted(ranks.items()):
             st = steps[rank]
             order = sorted(st.work)
-            data = step_times(rec, "data_s")
             lists: dict[str, list[float | None]] = {
-                     "busy_s": [st.work[k] for k in order], "wait_s": [st.waited[k] for k in order],
-                     "late_s": [st.late[k] for k in order], "data_s": [data[k] for k in order if k in data]}
+                "busy_s": [st.work[k] for k in order], "wait_s": [st.waited[k] for k in order],
+                "late_s": [st.late[k] for k in order], "data_s": [st.data.get(k) for k in order]}
             rows.append({"world_rank": rank, "node_id": rec.get("node_id"), "pid": rec.get("pid"),
                          "step": rec.get("step"), "last_progress_s": round(max(0.0, now - float(rec.get("ts", 0))), 1),
                          "steps": order, **lists, **{f"{k[:-2]}_median_s": _median(v) for k, v in lists.items()},
