@@ -214,8 +214,9 @@ def test_the_reader_reads_at_the_same_steps_on_every_rank_and_keeps_the_newest()
         ring.entries.append(entry(k, 100 + (k - 1) * 0.25 + 0.1))  # one collective a step
         out = reader.on_step(ended(k, sync=(k - 1, 0.01) if k > 1 else None))
         reads.append(ring.reads)
-    # Steps 1-2: no period yet, read at once (cheap); then every 4th step: 4 x 0.25 s spans 1 s.
-    assert reads == [1, 2, 2, 3, 3, 3, 3, 4, 4, 4, 4, 5] and reader.stride() == 4
+    # Steps 1-3: no period and read cost to go by yet, read at once (cheap); then every 4th step:
+    # 4 x 0.25 s spans 1 s.
+    assert reads == [1, 2, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6] and reader.stride() == 4
     assert out is not None
     arr = arrivals.decode({"ts": 103.0, **out})
     assert arr is not None and sorted(arr) == [5, 6, 7, 8, 9, 10, 11, 12]  # the newest 8 read
@@ -242,14 +243,12 @@ def test_a_step_no_longer_whole_in_a_full_ring_is_left_out(monkeypatch: pytest.M
     monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "3")
     ring = Ring()
     reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0)
-    ring.entries = [entry(1, 100.1)]
-    reader.on_step(ended(1))
-    reader.on_step(ended(2))
-    reader.on_step(ended(3))  # not read: stride 4
-    ring.entries = [entry(5, 100.6), entry(6, 100.8), entry(7, 100.85)]  # full; step 3 began at 100.5
-    out = reader.on_step(ended(4))
-    arr = arrivals.decode({"ts": 101.0, **(out or {})})
-    assert arr is not None and sorted(arr) == [1, 2, 4] and arr[4].groups["0"].count == 2
+    for k in range(1, 8):  # read at steps 1-3 and 4 (an empty ring), not 5-7
+        reader.on_step(ended(k))
+    ring.entries = [entry(1, 101.3), entry(2, 101.6), entry(3, 101.9)]  # full: its oldest is inside step 6
+    out = reader.on_step(ended(8))
+    arr = arrivals.decode({"ts": 102.0, **(out or {})})
+    assert arr is not None and sorted(arr) == [1, 2, 3, 4, 7, 8] and arr[8].groups["0"].count == 1
 
 
 def test_a_beat_carries_its_listeners_fields_and_survives_a_failing_one(tmp_path: Path,
@@ -295,3 +294,14 @@ def test_too_few_steps_to_judge_is_not_a_catch_up() -> None:
     assert d.update(run(extra={1: 0.35}), []) == []
     assert d.update(run(), []) == []  # caught up for real
     assert len(d.update(run(extra={1: 0.35}), [])) == 1
+
+
+def test_one_slow_read_does_not_set_the_pace(monkeypatch: pytest.MonkeyPatch) -> None:
+    ring = Ring()
+    reader = arrival_reader.ArrivalReader(ring, read_every_s=1.0, budget=0.01)
+    costs = iter([0.3, 0.001, 0.002, 0.001, 0.001])  # the first read met a GC pass: 300 ms of CPU
+    clock = iter(x for c in costs for x in (0.0, c))
+    monkeypatch.setattr(arrival_reader.time, "thread_time", lambda: next(clock))
+    for k in range(1, 9):
+        reader.on_step(ended(k))
+    assert ring.reads == 5 and reader.stride() == 4  # read at steps 1, 2, 3, then 4 and 8

@@ -8,9 +8,9 @@ summarizes the steps since the last read that are still whole in the ring
 (raydbg/gang/arrivals.py) and keeps the newest RECENT_STEPS of them in the record's `arr`:
 a few hundred bytes.
 
-When to read: a dump's cost grows faster than the ring (measured here ~1 ms for 100 entries,
-tens of ms of CPU for a full ring of 2,000), so at most every READ_EVERY_S and at most BUDGET
-of the process's CPU time. And at the same steps on every rank, so that the gateway finds the
+When to read: a dump's cost grows with the ring (measured here, CPU time: ~3 ms for 256
+entries, ~20 ms for a full ring of 2,000), so at most every READ_EVERY_S and at most BUDGET
+of the process's CPU time (the median of the last reads' costs). And at the same steps on every rank, so that the gateway finds the
 same steps read on all of them: at steps whose number is a multiple of a power of two, the
 smallest whose steps (at this rank's step period) span that interval. In lock-step training
 every rank finds the same period, and where two ranks round to different powers, the larger is
@@ -50,7 +50,7 @@ class ArrivalReader:
         self._kept: dict[int, arrivals.StepArrivals] = {}
         self._syncs: dict[int, float] = {}  # step -> wait at the sync point that ended it, until read
         self._ends: deque[float] = deque(maxlen=KEPT)
-        self._cost = 0.0
+        self._costs: deque[float] = deque(maxlen=5)  # CPU s of the last reads: one slow read (a GC pass) is not the rule
         self._in_group = False
         self._lock = threading.Lock()
         self.last_read_s = 0.0  # what the last read cost, CPU s (benchmarks/flight_recorder_cost.py)
@@ -73,11 +73,12 @@ class ArrivalReader:
 
     def stride(self) -> int:
         """Read at steps that are multiples of this (see the module's docstring)."""
-        if len(self._ends) < 3:
-            return 1  # no step period yet (and the ring is small: reading is cheap)
+        if len(self._ends) < 3 or len(self._costs) < 3:
+            return 1  # no step period or read cost to go by yet (and the ring is small: reading is cheap)
         ends = list(self._ends)
         period = statistics.median(b - a for a, b in zip(ends, ends[1:], strict=False))
-        interval = max(self._read_every_s, self._cost / self._budget)
+        cost = statistics.median(self._costs) if self._costs else 0.0
+        interval = max(self._read_every_s, cost / self._budget)
         return 1 if period <= 0 or period >= interval else 1 << math.ceil(math.log2(interval / period))
 
     def _read(self) -> None:
@@ -85,7 +86,8 @@ class ArrivalReader:
         try:
             self._summarize(self._entries())
         finally:
-            self.last_read_s = self._cost = time.thread_time() - start
+            self.last_read_s = time.thread_time() - start
+            self._costs.append(self.last_read_s)
 
     def _summarize(self, got: list[dict[str, Any]] | None) -> None:
         if got is None:
