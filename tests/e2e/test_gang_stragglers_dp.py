@@ -20,7 +20,11 @@ from e2e import straggler_targets as targets
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), needs_torch]
 
-EXTRA_S = 0.35  # rank 1's extra data loading per step (the issue's case)
+EXTRA_S = 0.35  # rank 1's extra data loading per step in DDP (the issue's case)
+# In FSDP: the SD tiny preset's step is heavier (18 collectives, a UNet): on this 2-core machine
+# under load ~30 its own work took 0.6-0.9 s, and 0.35 s more stayed under the straggler factor
+# (1.5x the others' work). The arrivals were as clean: rank 1 last by 0.35 s at every step.
+FSDP_EXTRA_S = 1.0
 
 
 @pytest.fixture(scope="module")
@@ -74,17 +78,20 @@ def _wait_for_event(gw: Any, run: str, fit: Fit, timeout: float = 300) -> list[d
     return _stragglers(gw, run)
 
 
-def _check_one_straggler(c: Cluster, gw: Any, run: str, fit: Fit, loader_frame: str) -> dict[str, Any]:
+def _check_one_straggler(c: Cluster, gw: Any, run: str, fit: Fit, loader_frame: str, extra: float) -> dict[str, Any]:
     """The event names rank 1 alone, with the others' wait for it; `raydbg steps` agrees."""
     events = _wait_for_event(gw, run, fit)
-    assert events, "no straggler event" + ("" if fit.thread.is_alive() else f" (the run ended: {fit.error})")
+    if not events:  # what the gateway saw instead
+        seen = c.cli("steps", "--run", run, "--json", timeout=60).stdout
+        raise AssertionError(f"no straggler event{'' if fit.thread.is_alive() else f' (the run ended: {fit.error})'}; "
+                             f"raydbg steps: {seen}")
     assert len(events) == 1, events
     details = events[0]["details"]
     assert details["world_rank"] == 1 and details["pid"] and events[0]["node_id"], details
     # Every rank's time between reports is the same; the others waited inside the step for rank 1.
     waited = [t for t in details["others_waited_s"] if t is not None]
-    assert statistics.median(waited) > 0.6 * EXTRA_S, details
-    assert statistics.median(details["busy_s"]) - statistics.median(details["others_median_s"]) > 0.6 * EXTRA_S
+    assert statistics.median(waited) > 0.6 * extra, details
+    assert statistics.median(details["busy_s"]) - statistics.median(details["others_median_s"]) > 0.6 * extra
     assert "rank 1 worked" in events[0]["message"] and "the others waited" in events[0]["message"]
     # Its stack class, taken then: rank 1 alone, in its own data loading.
     klass = details["stack_class"]
@@ -95,8 +102,9 @@ def _check_one_straggler(c: Cluster, gw: Any, run: str, fit: Fit, loader_frame: 
     (shown,) = json.loads(out.stdout)["runs"]
     rows = {r["world_rank"]: r for r in shown["ranks"]}
     assert [(r, rows[r]["straggler"]) for r in sorted(rows)] == [(0, False), (1, True), (2, False)]
-    assert rows[1]["late_median_s"] > 0.6 * EXTRA_S and rows[0]["late_median_s"] < 0.1, rows
-    assert rows[0]["wait_median_s"] > 0.6 * EXTRA_S and rows[1]["wait_median_s"] < 0.1, rows
+    # (medians: on a loaded machine any rank is now and then late at a collective by a descheduling)
+    assert rows[1]["late_median_s"] > 0.6 * extra and max(rows[r]["late_median_s"] for r in (0, 2)) < 0.25 * extra
+    assert min(rows[r]["wait_median_s"] for r in (0, 2)) > 0.6 * extra and rows[1]["wait_median_s"] < 0.25 * extra
     text = c.cli("steps", "--run", run, timeout=60).stdout
     assert "straggler(s): rank 1" in text and "OTHERS WAITED FOR IT" in text, text
     return details
@@ -108,7 +116,7 @@ def test_ddp_rank_with_a_slow_loader_is_the_one_straggler(cluster: tuple[Cluster
     fit = Fit(_trainer(targets.ddp_train, "ddp-straggler", tmp_path,
                        {"steps": 40, "batch_size": 8, "extra_s": EXTRA_S, "slow_rank": 1, "release": str(release)}))
     try:
-        _check_one_straggler(c, gw, "ddp-straggler", fit, "collate")
+        _check_one_straggler(c, gw, "ddp-straggler", fit, "collate", EXTRA_S)
     finally:
         release.touch()
     fit.join()
@@ -119,9 +127,10 @@ def test_fsdp2_rank_with_a_slow_loader_is_the_one_straggler(cluster: tuple[Clust
     c, gw = cluster
     release = tmp_path / "release-fsdp"
     fit = Fit(_trainer(targets.fsdp_train, "fsdp-straggler", tmp_path,
-                       {"steps": 30, "batch_size": 2, "extra_s": EXTRA_S, "slow_rank": 1, "release": str(release)}))
+                       {"steps": 30, "batch_size": 1, "extra_s": FSDP_EXTRA_S, "slow_rank": 1,
+                        "release": str(release)}))
     try:
-        _check_one_straggler(c, gw, "fsdp-straggler", fit, "collate")
+        _check_one_straggler(c, gw, "fsdp-straggler", fit, "collate", FSDP_EXTRA_S)
     finally:
         release.touch()
     fit.join()
