@@ -58,30 +58,16 @@ def local_groups() -> dict[str, Any]:
     return out
 
 
-# Without stack traces (the JSON dump's cost is mostly theirs: measured with 2,000 entries ~21 ms of
-# CPU against ~35 ms, and the first dump with them symbolizes every frame: over 1 s), pickled by
-# torch itself in this process: builtin types only.
-_ARRIVAL_DUMPERS = ("_dump_fr_trace", "_dump_nccl_trace")  # gloo's ring, then NCCL's
-
-
 def entries() -> list[dict[str, Any]] | None:
     """Every entry of this process's rings, completed collectives included and without their stacks:
     the arrival times of raydbg/gang/arrival_reader.py. None when the process is in no torch group
     or Flight Recorder is off."""
-    import pickle
-
     dist = sys.modules.get("torch.distributed")
-    c10d = sys.modules.get("torch._C._distributed_c10d")
-    if dist is None or c10d is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+    if dist is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
         return None
     try:
         if not dist.is_initialized():
             return None
-        out: list[dict[str, Any]] = []
-        for name in _ARRIVAL_DUMPERS:
-            dump = getattr(c10d, name, None)
-            if dump is not None:
-                out += pickle.loads(dump(True, False, False)).get("entries") or []
+        return _torch_internals.fr_arrival_entries()
     except Exception:
         return None  # a reader never fails for want of collectives
-    return out
