@@ -11,7 +11,6 @@ Both parts are collective under FSDP2 (every rank runs the same forwards).
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 import torch.distributed as dist
+
+from sd_reference import metrics
 
 if TYPE_CHECKING:
     from sd_reference.config import TrainConfig
@@ -85,7 +86,7 @@ class ValidationLoss:
         if n == 0:
             raise ValueError("no validation rows for this rank (raise --val-rows)")
         gen = torch.Generator(device=worker.device).manual_seed(seed + 7919 * (worker.rank + 1))
-        timer = _NullTimer()
+        timer = metrics.Timer("sd.train.validation")
         self.latents, self.text = worker.inputs(rows, gen, timer)  # online: encoded once here
         self.noise = torch.randn(self.latents.shape, generator=gen, device=worker.device)
         total = n * worker.world
@@ -105,13 +106,6 @@ class ValidationLoss:
             dist.all_reduce(total)
         summed, rows_all = total.tolist()
         return summed / rows_all
-
-
-class _NullTimer:
-    """Timer stand-in for encoding validation rows (not a training step part)."""
-
-    def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
 
 
 class Evaluation:
