@@ -3,9 +3,9 @@
 The validation rows are the first `--val-rows` rows of the training data (the first
 latent shards in order; online: the first rows of the raw data), read once by the
 driver and handed to every worker through the object store; each rank evaluates
-its equal share. They are also trained on: the figure is a
-low-variance tracking loss (same rows, same noise, timesteps spread evenly over
-the schedule at every evaluation), not a held-out generalisation measure.
+its equal share. They are also trained on: the figure is a low-variance tracking
+loss (same rows, same noise, timesteps spread evenly over the schedule at every
+evaluation), not a held-out generalisation measure.
 Both parts are collective under FSDP2 (every rank runs the same forwards).
 """
 
@@ -24,6 +24,7 @@ from sd_reference import metrics
 if TYPE_CHECKING:
     from sd_reference.config import TrainConfig
     from sd_reference.train_loop import Worker
+
 
 def parquet_rows(files: list[str], columns: list[str], rows: int,
                  filesystem: Callable[[str], tuple[Any, str]] | None = None) -> dict[str, np.ndarray]:
