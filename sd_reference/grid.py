@@ -19,7 +19,7 @@ import torch
 from sd_reference.sample import DEFAULT_PROMPTS
 
 if TYPE_CHECKING:
-    from PIL import Image
+    from PIL.Image import Image
 
     from sd_reference.train_loop import Worker
 

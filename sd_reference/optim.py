@@ -34,8 +34,9 @@ def resolve_impl(impl: str, device_type: str) -> str:
 def adamw(params: Iterable[torch.Tensor], lr: float, weight_decay: float, impl: str, device_type: str) -> torch.optim.AdamW:
     """AdamW over `params` with the implementation `impl` resolves to on `device_type`."""
     chosen = resolve_impl(impl, device_type)
-    flags = {"fused": {"fused": True}, "foreach": {"foreach": True}, "for-loop": {"foreach": False}}[chosen]
-    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, **flags)
+    if chosen == "fused":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=True)
+    return torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=chosen == "foreach")
 
 
 def reapply(optimizer: torch.optim.Optimizer, impl: str, device_type: str) -> None:

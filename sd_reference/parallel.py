@@ -65,11 +65,13 @@ def gradient_sync(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
     FSDP2 keeps the unsharded gradients of an unsynced backward and reduce-scatters
     the sum on the next synced one; DDP accumulates locally under `no_sync()`.
     """
-    if hasattr(model, "set_requires_gradient_sync"):  # FSDP2 (FSDPModule)
-        model.set_requires_gradient_sync(enabled)
+    set_sync: Any = getattr(model, "set_requires_gradient_sync", None)  # FSDP2 (FSDPModule)
+    no_sync: Any = getattr(model, "no_sync", None)  # DDP
+    if set_sync is not None:
+        set_sync(enabled)
         yield
-    elif hasattr(model, "no_sync") and not enabled:  # DDP
-        with model.no_sync():
+    elif no_sync is not None and not enabled:
+        with no_sync():
             yield
     else:  # one process, or a synced DDP step
         yield

@@ -3,15 +3,14 @@
 The validation rows are the first `--val-rows` rows of the training data (the first
 latent shards in order; online: the first rows of the raw data), read once by the
 driver and handed to every worker through the object store; each rank evaluates
-its equal share. They are also trained on: the figure is a
-low-variance tracking loss (same rows, same noise, timesteps spread evenly over
-the schedule at every evaluation), not a held-out generalisation measure.
+its equal share. They are also trained on: the figure is a low-variance tracking
+loss (same rows, same noise, timesteps spread evenly over the schedule at every
+evaluation), not a held-out generalisation measure.
 Both parts are collective under FSDP2 (every rank runs the same forwards).
 """
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,9 +19,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from sd_reference import metrics
+
 if TYPE_CHECKING:
     from sd_reference.config import TrainConfig
     from sd_reference.train_loop import Worker
+
 
 def parquet_rows(files: list[str], columns: list[str], rows: int,
                  filesystem: Callable[[str], tuple[Any, str]] | None = None) -> dict[str, np.ndarray]:
@@ -85,7 +87,7 @@ class ValidationLoss:
         if n == 0:
             raise ValueError("no validation rows for this rank (raise --val-rows)")
         gen = torch.Generator(device=worker.device).manual_seed(seed + 7919 * (worker.rank + 1))
-        timer = _NullTimer()
+        timer = metrics.Timer("sd.train.validation")
         self.latents, self.text = worker.inputs(rows, gen, timer)  # online: encoded once here
         self.noise = torch.randn(self.latents.shape, generator=gen, device=worker.device)
         total = n * worker.world
@@ -105,13 +107,6 @@ class ValidationLoss:
             dist.all_reduce(total)
         summed, rows_all = total.tolist()
         return summed / rows_all
-
-
-class _NullTimer:
-    """Timer stand-in for encoding validation rows (not a training step part)."""
-
-    def timed(self, part: str) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
 
 
 class Evaluation:
