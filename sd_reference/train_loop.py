@@ -2,18 +2,20 @@
 
 Runs inside each Ray Train worker. Per step: wait for data, (online: encode
 images and captions), forward/backward, clip, AdamW with warmup, EMA update;
-every N steps a sharded DCP checkpoint is reported to Ray Train. On a restart
-`ray.train.get_checkpoint()` brings back the UNet, optimizer, EMA and step.
+every N steps a sharded DCP checkpoint is saved in the background and reported to
+Ray Train (saver.py). On a restart `ray.train.get_checkpoint()` brings back the
+UNet, optimizer, EMA, step and data position. A SIGTERM becomes a checkpoint at the
+next step boundary (preemption.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
-import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +23,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sd_reference import checkpoint, metrics, parallel
+from sd_reference import checkpoint, metrics, parallel, preemption, storage
 from sd_reference.config import TrainConfig
 from sd_reference.diffusion import (
     EMA,
@@ -41,21 +43,28 @@ from sd_reference.models import (
     load_tokenizer,
     tokenize,
 )
+from sd_reference.sampler import Position
+from sd_reference.saver import Control, Saver
 
 FAILURE_MARKER = ".failure_injected"
+SIGTERM_MARKER = ".sigterm_injected"
 
 
 class JsonLog:
-    """Append-only JSON-lines training log, written by rank 0 only."""
+    """Rank 0's training log: records go to the driver's RunLog actor (runlog.py), which stores them."""
 
-    def __init__(self, path: str | None) -> None:
-        self.path = Path(path) if path else None
+    def __init__(self, actor: Any | None) -> None:
+        self.actor = actor
 
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        with self.path.open("a") as f:
-            f.write(json.dumps(dict(record, time=round(time.time(), 3))) + "\n")
+    def write(self, record: dict[str, Any] | None) -> None:
+        if self.actor is not None and record is not None:
+            self.actor.write.remote(record)  # ordered: one caller's actor calls run in order
+
+    def flush(self) -> None:
+        import ray
+
+        if self.actor is not None:
+            ray.get(self.actor.flush.remote())
 
 
 class Worker:
@@ -86,8 +95,9 @@ class Worker:
             ids = tokenize(load_tokenizer(spec), [""])
             self.uncond = encode_text(self.text_encoder, ids)[0].float()
         else:  # offline: the empty prompt's embedding was computed by preprocess
-            self.uncond = torch.from_numpy(np.load(uncond_path)).float() if uncond_path else None
+            self.uncond = _load_npy(uncond_path) if uncond_path else None
         self.step = 0
+        self.position: Position | None = None  # in the offline data; saved with every checkpoint
 
     def state_fingerprint(self) -> dict[str, dict[str, str]]:
         """Every rank's state hashes, gathered (collective)."""
@@ -139,21 +149,11 @@ class Worker:
         loss_mean, norm_mean = stats.tolist()
         return {"loss": loss_mean, "grad_norm": norm_mean, "lr": lr}
 
-    def save(self, extra: dict[str, Any]) -> None:
-        """Write this rank's shards locally and report them; Ray Train merges them in storage."""
-        import ray.train
-
-        local = Path(tempfile.mkdtemp(prefix=f"sd-ckpt-r{self.rank}-"))
-        try:
-            state = dict(extra, step=self.step, world_size=self.world, strategy=self.cfg.strategy)
-            checkpoint.save(local, self.model, self.optimizer, self.ema, state)
-            ray.train.report(
-                {"step": self.step, "loss": extra.get("loss")},
-                checkpoint=ray.train.Checkpoint.from_directory(str(local)),
-                checkpoint_dir_name=checkpoint.dir_name(self.step),
-            )
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
+    def train_state(self, loss: float | None, fingerprint: Any) -> dict[str, Any]:
+        """What train_state.json records beside the shards: step, data position, run facts."""
+        return {"step": self.step, "world_size": self.world, "strategy": self.cfg.strategy, "loss": loss,
+                "fingerprint": fingerprint, "seed": self.cfg.seed,
+                "sampler": self.position.to_json() if self.position is not None else None}
 
     def restore(self) -> dict[str, Any] | None:
         import ray.train
@@ -164,21 +164,35 @@ class Worker:
         with ckpt.as_directory() as d:
             state = checkpoint.load(Path(d), self.model, self.optimizer, self.ema)
         self.step = int(state["step"])
+        if state.get("sampler") and not self.cfg.online:
+            self.position = Position.from_json(state["sampler"])
         return state
+
+
+def _load_npy(uri: str) -> torch.Tensor:
+    import io
+
+    return torch.from_numpy(np.load(io.BytesIO(storage.read_bytes(uri)))).float()
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
     return t.full_tensor() if hasattr(t, "full_tensor") else t
 
 
-def _maybe_inject_failure(cfg: TrainConfig, worker: Worker, run_dir: Path) -> None:
-    """Kill the last rank, once per run (a marker in the run directory survives restarts)."""
-    if cfg.inject_failure_at_step != worker.step + 1 or worker.rank != worker.world - 1:
+def _maybe_inject(cfg: TrainConfig, worker: Worker, run_uri: str) -> None:
+    """Kill (SIGKILL) or preempt (SIGTERM) the last rank, once per run: a marker in the run directory survives restarts."""
+    if worker.rank != worker.world - 1:
         return
-    marker = run_dir / FAILURE_MARKER
-    if marker.exists():
+    kill = cfg.inject_failure_at_step == worker.step + 1
+    if not kill and cfg.inject_sigterm_at_step != worker.step + 1:
         return
-    marker.write_text(json.dumps({"step": worker.step + 1, "rank": worker.rank, "pid": os.getpid()}))
+    marker = storage.join(run_uri, FAILURE_MARKER if kill else SIGTERM_MARKER)
+    if storage.exists(marker):
+        return
+    storage.write_text(marker, json.dumps({"step": worker.step + 1, "rank": worker.rank, "pid": os.getpid()}))
+    if not kill:
+        os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would; the next step boundary saves and stops
+        return
     # Ray Train V2's controller collects reports on its health-check poll: a worker
     # dying right after ray.train.report can lose that checkpoint, and the run then
     # resumes from the one before. Waiting out one poll makes the demo's resume
@@ -187,71 +201,154 @@ def _maybe_inject_failure(cfg: TrainConfig, worker: Worker, run_dir: Path) -> No
     os.kill(os.getpid(), signal.SIGKILL)  # an abrupt death, as a lost node or OOM kill would be
 
 
-def train_loop_per_worker(config: dict[str, Any]) -> None:
-    """Ray Train entry point; `config` carries the TrainConfig, components and paths as JSON."""
+@dataclass
+class StepBatch:
+    tensors: dict[str, torch.Tensor]
+    keys: list[str] | None  # sample keys (offline data)
+    position: Position | None  # the data position after this batch (offline data)
+
+
+def _offline_batches(cfg: TrainConfig, worker: Worker, config: dict[str, Any]) -> Iterator[StepBatch]:
+    """The sampler's order from the run's position on (feed.py): the same samples on every attempt."""
+    from sd_reference.feed import Feed, Shard
+
+    shards = [Shard.from_json(s) for s in config["shards"]]
+    position = worker.position or Position()
+    feed = Feed(shards, cfg.seed, position, int(cfg.batch_size or 1), worker.rank, worker.world,
+                window_blocks=cfg.shuffle_window, cache_mib=cfg.cache_data_mib)
+    try:
+        while True:
+            batch = feed.next()
+            yield StepBatch(batch.tensors, batch.keys, batch.position)
+    finally:
+        feed.close()
+
+
+def _online_batches(cfg: TrainConfig, worker: Worker) -> Iterator[StepBatch]:
+    """Ray Data's streaming split of the raw images, epoch after epoch (order not saved: see the docs)."""
     import ray.train
 
-    metrics.setup()
-    cfg = TrainConfig(**config["train"])
-    spec = ComponentsSpec.from_json(config["components"])
-    run_dir = Path(config["run_dir"])
-    ctx = ray.train.get_context()
-    attrs = {"train.run.id": cfg.name, "ray.train.world_rank": ctx.get_world_rank()}
-    with metrics.span("sd.train.setup", attrs):
-        worker = Worker(cfg, spec, config.get("uncond_path"), ctx.get_world_rank(), ctx.get_world_size(),
-                        ctx.get_local_rank())
-    log = JsonLog(config["log_path"] if worker.rank == 0 else None)
-    steps, bsz = int(cfg.steps or 1), int(cfg.batch_size or 1)
-
-    with metrics.span("sd.train.restore", attrs):
-        restored = worker.restore()
-    if restored is not None:
-        fp = worker.state_fingerprint() if cfg.fingerprint else None
-        log.write({"event": "resume", "step": worker.step, "fingerprint": fp})
-    else:
-        log.write({"event": "start", "step": 0, "world_size": worker.world, "strategy": cfg.strategy})
-
-    columns = ["pixels", "input_ids"] if cfg.online else ["latents", "text_emb"]
     shard = ray.train.get_dataset_shard("train")
-    last: dict[str, float] = {}
-    while worker.step < steps:
+    bsz = int(cfg.batch_size or 1)
+    while True:
         batches = 0
-        timer = metrics.Timer("sd.train", attrs)
-        t0 = time.perf_counter()
-        iterator = shard.iter_torch_batches(
-            batch_size=bsz, drop_last=True, local_shuffle_buffer_size=cfg.shuffle_buffer or None,
-            local_shuffle_seed=cfg.seed + worker.step,
-        )
-        with timer.timed("data_wait"):
-            batch = next(iter_ := iter(iterator), None)
-        while batch is not None and worker.step < steps:
+        for batch in shard.iter_torch_batches(batch_size=bsz, drop_last=True,
+                                              local_shuffle_buffer_size=cfg.shuffle_buffer or None,
+                                              local_shuffle_seed=cfg.seed + worker.step):
             batches += 1
-            _maybe_inject_failure(cfg, worker, run_dir)
-            if cfg.breakpoint_at_step == worker.step + 1 and worker.rank == 0:
-                breakpoint()  # with RAY_DEBUG=1, raydbg pauses this Train worker for an attach
-            with metrics.span("sd.train.step", {**attrs, "train.step": worker.step + 1}):
-                last = worker.train_step({c: batch[c] for c in columns}, timer)
-            step_time = time.perf_counter() - t0
-            images_per_s = bsz * worker.world / step_time
-            metrics.histogram("sd.train.step.duration", step_time)
-            metrics.histogram("sd.train.loss", last["loss"])
-            metrics.histogram("sd.train.images_per_second", images_per_s)
-            log.write({"step": worker.step, **last, "images_per_s": round(images_per_s, 3), "step_s": round(step_time, 4),
-                       "timings": {k: round(v, 4) for k, v in timer.seconds.items()}})
-            if worker.step % cfg.checkpoint_every == 0 or worker.step == steps:
-                with timer.timed("checkpoint"):
-                    fp = worker.state_fingerprint() if cfg.fingerprint else None
-                    worker.save({"loss": last["loss"], "fingerprint": fp})
-                log.write({"event": "checkpoint", "step": worker.step, "fingerprint": fp,
-                           "seconds": round(timer.seconds["checkpoint"], 3)})
-            timer = metrics.Timer("sd.train", attrs)
-            t0 = time.perf_counter()
-            if worker.step < steps:
-                with timer.timed("data_wait"):
-                    batch = next(iter_, None)
+            yield StepBatch({c: batch[c] for c in ("pixels", "input_ids")}, None, None)
         if batches == 0:
             raise RuntimeError(
                 f"the dataset gave no batch of {bsz} per worker: it needs at least "
                 f"{bsz * worker.world} rows for {worker.world} workers (lower --batch-size)"
             )
-    log.write({"event": "end", "step": worker.step, "loss": last.get("loss")})
+
+
+def _gathered(keys: list[str] | None, group: Any, world: int) -> list[list[str]] | None:
+    """Every rank's sample keys of this step (rank order), for --log-samples."""
+    if keys is None:
+        return None
+    if group is None:
+        return [keys]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, keys, group=group)
+    return out
+
+
+def _rank_pids(group: Any, world: int) -> list[dict[str, Any]]:
+    """Which process and node each rank is (collective once per attempt; the log's start/resume records)."""
+    import ray
+
+    mine = {"pid": os.getpid(), "node": ray.get_runtime_context().get_node_id()[:12]}
+    if group is None:
+        return [mine]
+    out: list[Any] = [None] * world
+    dist.all_gather_object(out, mine, group=group)
+    return out
+
+
+def train_loop_per_worker(config: dict[str, Any]) -> None:
+    """Ray Train entry point; `config` carries the TrainConfig, components, paths and the log actor."""
+    import ray.train
+
+    metrics.setup()
+    cfg = TrainConfig(**config["train"])
+    spec = ComponentsSpec.from_json(config["components"])
+    run_uri = config["run_dir"]
+    ctx = ray.train.get_context()
+    attrs = {"train.run.id": cfg.name, "ray.train.world_rank": ctx.get_world_rank()}
+    with metrics.span("sd.train.setup", attrs):
+        worker = Worker(cfg, spec, config.get("uncond_path"), ctx.get_world_rank(), ctx.get_world_size(),
+                        ctx.get_local_rank())
+    log = JsonLog(config.get("log_actor") if worker.rank == 0 else None)
+    steps, bsz = int(cfg.steps or 1), int(cfg.batch_size or 1)
+    control = Control()
+    saver = Saver(worker.model, worker.optimizer, worker.ema, worker.rank, asynchronous=cfg.async_save)
+
+    with metrics.span("sd.train.restore", attrs):
+        restored = worker.restore()
+    ranks = _rank_pids(control.group, worker.world)
+    if restored is not None:
+        fp = worker.state_fingerprint() if cfg.fingerprint else None
+        log.write({"event": "resume", "step": worker.step, "world_size": worker.world, "ranks": ranks,
+                   "position": worker.position.to_json() if worker.position else None, "fingerprint": fp})
+    else:
+        log.write({"event": "start", "step": 0, "world_size": worker.world, "strategy": cfg.strategy, "ranks": ranks})
+
+    batches = _online_batches(cfg, worker) if cfg.online else _offline_batches(cfg, worker, config)
+    last: dict[str, Any] = {}
+    saved_step = worker.step if restored is not None else -1
+    try:
+        while worker.step < steps:
+            timer = metrics.Timer("sd.train", attrs)
+            t0 = time.perf_counter()
+            with timer.timed("data_wait"):
+                batch = next(batches)
+            if saver.pending is not None and cfg.inject_failure_at_step == worker.step + 1:
+                log.write(saver.finish())  # the injected kill below must find the latest checkpoint reported
+            preempted, written = control.exchange(preemption.requested(), saver.written())
+            if written and saver.pending is not None:
+                log.write(saver.report())
+            if preempted:
+                _stop_for_preemption(worker, saver, log, last, saved_step)
+            _maybe_inject(cfg, worker, run_uri)
+            if cfg.breakpoint_at_step == worker.step + 1 and worker.rank == 0:
+                breakpoint()  # with RAY_DEBUG=1, raydbg pauses this Train worker for an attach
+            with metrics.span("sd.train.step", {**attrs, "train.step": worker.step + 1}):
+                last = worker.train_step(batch.tensors, timer)
+            worker.position = batch.position
+            samples = _gathered(batch.keys, control.group, worker.world) if cfg.log_samples else None
+            if cfg.min_step_seconds:
+                time.sleep(max(0.0, cfg.min_step_seconds - (time.perf_counter() - t0)))
+            step_time = time.perf_counter() - t0
+            images_per_s = bsz * worker.world / step_time
+            metrics.histogram("sd.train.step.duration", step_time)
+            metrics.histogram("sd.train.loss", last["loss"])
+            metrics.histogram("sd.train.images_per_second", images_per_s)
+            record = {"step": worker.step, **last, "images_per_s": round(images_per_s, 3),
+                      "step_s": round(step_time, 4), "timings": {k: round(v, 4) for k, v in timer.seconds.items()}}
+            log.write(dict(record, samples=samples) if samples is not None else record)
+            if worker.step % cfg.checkpoint_every == 0 or worker.step == steps:
+                with timer.timed("checkpoint"):
+                    fp = worker.state_fingerprint() if cfg.fingerprint else None
+                    reported = saver.start(worker.step, worker.train_state(last.get("loss"), fp),
+                                           blocking=worker.step == steps)
+                saved_step = worker.step
+                if reported is not None:
+                    log.write(reported)
+        log.write(saver.finish())
+        log.write({"event": "end", "step": worker.step, "loss": last.get("loss")})
+    finally:
+        batches.close()  # type: ignore[attr-defined]  # a generator: stops the feed's thread
+        log.flush()
+
+
+def _stop_for_preemption(worker: Worker, saver: Saver, log: JsonLog, last: dict[str, Any], saved_step: int) -> None:
+    """Some rank got SIGTERM: make sure the current step is checkpointed and reported, then stop every rank."""
+    log.write(saver.finish())
+    if saved_step != worker.step:
+        fp = worker.state_fingerprint() if worker.cfg.fingerprint else None
+        log.write(saver.start(worker.step, worker.train_state(last.get("loss"), fp), blocking=True))
+    log.write({"event": "preempted", "step": worker.step, "signal": "SIGTERM"})
+    log.flush()
+    raise preemption.Preempted(f"SIGTERM: checkpoint at step {worker.step} reported; Ray Train restarts from it")
