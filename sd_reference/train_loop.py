@@ -192,6 +192,10 @@ def _maybe_inject(cfg: TrainConfig, worker: Worker, run_uri: str) -> None:
     storage.write_text(marker, json.dumps({"step": worker.step + 1, "rank": worker.rank, "pid": os.getpid()}))
     if not kill:
         os.kill(os.getpid(), signal.SIGTERM)  # as a scheduler would; the next step boundary saves and stops
+        for _ in range(100):  # the handler runs on the main thread: let it, so the next step sees the flag
+            if preemption.requested():
+                break
+            time.sleep(0.05)
         return
     # Ray Train V2's controller collects reports on its health-check poll: a worker
     # dying right after ray.train.report can lose that checkpoint, and the run then
