@@ -16,7 +16,7 @@ ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_
 
 
 @contextmanager
-def s3_server(bucket: str = "sd") -> Iterator[str]:
+def s3_server(bucket: str = "sd-ref") -> Iterator[str]:
     """Run moto's S3 on a free loopback port with `bucket` made; yields the endpoint URL."""
     import boto3
     from moto.server import ThreadedMotoServer

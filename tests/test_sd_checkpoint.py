@@ -6,6 +6,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 from pathlib import Path
 
 import torch
@@ -72,19 +73,25 @@ def _train_fn(config: dict[str, int]) -> None:
 def test_sigterm_sets_a_flag_where_the_train_function_is_unpickled() -> None:
     """Unpickling SigtermAware (Ray Train does it on the worker's main thread) installs the handler."""
     previous = signal.getsignal(signal.SIGTERM)
+    exits: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: exits.append(signum))  # stands in for Ray's (exit)
     try:
         fn = pickle.loads(pickle.dumps(preemption.SigtermAware(_train_fn)))
         config: dict[str, int] = {}
         fn(config)
         assert config == {"called": 1} and not preemption.requested()
-        done = threading.Event()
-        threading.Thread(target=lambda: (os.kill(os.getpid(), signal.SIGTERM), done.set())).start()
-        done.wait(5)
-        for _ in range(100):  # the handler runs on the main thread between bytecodes
-            if preemption.requested():
+        threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGTERM)).start()
+        for _ in range(200):  # the handler runs on the main thread between bytecodes
+            if preemption.requested() or exits:
                 break
-            threading.Event().wait(0.01)
-        assert preemption.requested()  # the process is still alive: a flag, not an exit
+            time.sleep(0.01)
+        assert preemption.requested() and exits == []  # a flag, not an exit
+        os.kill(os.getpid(), signal.SIGTERM)  # a second SIGTERM: the previous handler (exit) runs
+        for _ in range(200):
+            if exits:
+                break
+            time.sleep(0.01)
+        assert exits == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
         preemption._received.clear()
