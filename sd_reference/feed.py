@@ -69,6 +69,7 @@ class RowGroupReader:
         self.shards, self.cache_bytes = shards, cache_bytes
         self._cache: OrderedDict[int, dict[str, np.ndarray]] = OrderedDict()
         self._bytes = 0
+        self._filesystems: dict[int, tuple[Any, str]] = {}  # made once per shard (S3 may look up the region)
 
     def block(self, number: int) -> dict[str, np.ndarray]:
         if number in self._cache:
@@ -77,7 +78,9 @@ class RowGroupReader:
         import pyarrow.parquet as pq
 
         shard_index, group = self.locations[number]
-        fs, path = storage.filesystem(self.shards[shard_index].uri)
+        if shard_index not in self._filesystems:
+            self._filesystems[shard_index] = storage.filesystem(self.shards[shard_index].uri)
+        fs, path = self._filesystems[shard_index]
         with fs.open_input_file(path) as f:
             table = pq.ParquetFile(f).read_row_group(group, columns=[KEY_COLUMN, *TENSOR_COLUMNS])
         data = {c: _tensor_column(table, c) for c in TENSOR_COLUMNS}

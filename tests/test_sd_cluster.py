@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -43,13 +45,14 @@ FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_thresho
 
 
 @pytest.fixture(scope="module")
-def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+def nodes() -> Iterator[dict[str, Any]]:
     import ray
     from ray.cluster_utils import Cluster
 
     if ray.is_initialized():
         ray.shutdown()
-    tmp = tmp_path_factory.mktemp("raylets")
+    # Short: a raylet's socket paths under its temp dir must fit in 107 bytes.
+    tmp = Path(tempfile.mkdtemp(prefix="sdc-", dir="/tmp"))
     saved = {k: os.environ.get(k) for k in TRAIN_ENV}
     os.environ.update(TRAIN_ENV)
     with s3_server(BUCKET):
@@ -62,6 +65,7 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
         finally:
             ray.shutdown()
             cluster.shutdown()
+            shutil.rmtree(tmp, ignore_errors=True)
             for k, v in saved.items():
                 if v is None:
                     os.environ.pop(k, None)
