@@ -6,7 +6,8 @@ round so machine load hits both alike. Each checkpoint record in the run log say
 long the loop stood still for it (`seconds`: staging the shards in memory plus the
 `ray.train.report` call; for a synchronous save, the whole DCP write and the upload)
 and how long the write took from start to report (`write_s`). The figure per mode is
-the median stall over every save of every round, next to the median step time.
+the median stall over every save of every round (split into staging or writing,
+`stage_s`, and the `ray.train.report` call, `report_s`), next to the median step time.
 
   python benchmarks/sd_checkpoint_stall.py [--rounds 2] [--steps 16] [--every 2] [--preset tiny]
 """
@@ -38,7 +39,8 @@ def _run(work: Path, name: str, args: argparse.Namespace, sync: bool) -> dict[st
     records = runlog.read(str(work / "runs" / name))
     saves = [r for r in records if r.get("event") == "checkpoint"]
     steps = [r["step_s"] for r in records if r.get("event") is None and "step_s" in r]
-    return {"stall_s": [r["seconds"] for r in saves], "write_s": [r["write_s"] for r in saves], "step_s": steps}
+    return {"stall_s": [r["seconds"] for r in saves], "stage_s": [r["stage_s"] for r in saves],
+            "report_s": [r["report_s"] for r in saves], "write_s": [r["write_s"] for r in saves], "step_s": steps}
 
 
 def main_bench() -> int:
@@ -50,8 +52,8 @@ def main_bench() -> int:
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "sd_checkpoint_stall.json"))
     args = p.parse_args()
     ensure_ray()
-    results: dict[str, dict[str, list[float]]] = {m: {"stall_s": [], "write_s": [], "step_s": []}
-                                                  for m in ("background", "synchronous")}
+    keys = ("stall_s", "stage_s", "report_s", "write_s", "step_s")
+    results: dict[str, dict[str, list[float]]] = {m: {k: [] for k in keys} for m in ("background", "synchronous")}
     with tempfile.TemporaryDirectory(prefix="sd-stall-") as tmp:
         work = Path(tmp)
         assert main(["--no-progress", "make-data", "--out", str(work / "data"), "--num", "64",
@@ -65,9 +67,9 @@ def main_bench() -> int:
                     results[mode][k] += v
     summary = {m: {k: round(statistics.median(v), 4) for k, v in r.items()} | {"saves": len(r["stall_s"])}
                for m, r in results.items()}
-    print(f"{'mode':<12} {'saves':>5} {'stall (median s)':>17} {'write (median s)':>17} {'step (median s)':>16}")
+    print(f"{'mode':<12} {'saves':>5}" + "".join(f" {k + ' (median)':>18}" for k in keys))
     for mode, s in summary.items():
-        print(f"{mode:<12} {s['saves']:>5} {s['stall_s']:>17} {s['write_s']:>17} {s['step_s']:>16}")
+        print(f"{mode:<12} {s['saves']:>5}" + "".join(f" {s[k]:>18}" for k in keys))
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps({"args": vars(args), "summary": summary, "raw": results}, indent=1))
     return 0

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,8 @@ class Pending:
     local: Path
     train_state: dict[str, Any]
     future: Future[Any] | None
-    stall_s: float
-    started: float = field(default_factory=time.perf_counter)
+    started: float  # perf_counter when the save began
+    stage_s: float  # the loop's stall to start it: staging (background) or the whole write (synchronous)
 
 
 class Saver:
@@ -67,10 +67,10 @@ class Saver:
         """This rank has nothing in flight (no save, or its write finished)."""
         return self.pending is None or self.pending.future is None or self.pending.future.done()
 
-    def start(self, step: int, train_state: dict[str, Any], blocking: bool = False) -> dict[str, Any] | None:
-        """Collective: begin saving the current state; returns the checkpoint record when it is
-        reported at once (blocking or synchronous saves), else None (report it later)."""
-        record = self.finish() if self.pending is not None else None  # one save in flight at a time
+    def start(self, step: int, train_state: dict[str, Any], blocking: bool = False) -> list[dict[str, Any]]:
+        """Collective: begin saving the current state; returns the records of the checkpoints
+        reported meanwhile (a save still in flight; this one when blocking or synchronous)."""
+        records = [self.report()] if self.pending is not None else []  # one save in flight at a time
         t0 = time.perf_counter()
         local = Path(tempfile.mkdtemp(prefix=f"sd-ckpt-r{self.rank}-"))
         future = None
@@ -78,10 +78,10 @@ class Saver:
             future = checkpoint.start_save(local, self.model, self.optimizer, self.ema, self.group)
         else:
             checkpoint.save(local, self.model, self.optimizer, self.ema, train_state)
-        self.pending = Pending(step, local, train_state, future, time.perf_counter() - t0)
+        self.pending = Pending(step, local, train_state, future, t0, time.perf_counter() - t0)
         if future is None:
-            return self.report()
-        return record
+            records.append(self.report())
+        return records
 
     def report(self) -> dict[str, Any]:
         """Collective (a barrier in Ray Train): report the pending save; returns its log record."""
@@ -107,8 +107,10 @@ class Saver:
             if mode == CheckpointUploadMode.SYNC:
                 shutil.rmtree(pending.local, ignore_errors=True)
         self.pending = None
+        report_s = time.perf_counter() - t0
         return {"event": "checkpoint", "step": pending.step, "fingerprint": pending.train_state.get("fingerprint"),
-                "seconds": round(pending.stall_s + time.perf_counter() - t0, 4), "write_s": round(write_s, 4),
+                "seconds": round(pending.stage_s + report_s, 4),  # what the step loop stood still for
+                "stage_s": round(pending.stage_s, 4), "report_s": round(report_s, 4), "write_s": round(write_s, 4),
                 "asynchronous": mode == CheckpointUploadMode.ASYNC}
 
     def finish(self) -> dict[str, Any] | None:

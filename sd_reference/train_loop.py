@@ -338,8 +338,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
                     reported = saver.start(worker.step, worker.train_state(last.get("loss"), fp),
                                            blocking=worker.step == steps)
                 saved_step = worker.step
-                if reported is not None:
-                    log.write(reported)
+                for record in reported:
+                    log.write(record)
         log.write(saver.finish())
         log.write({"event": "end", "step": worker.step, "loss": last.get("loss")})
     finally:
@@ -352,7 +352,8 @@ def _stop_for_preemption(worker: Worker, saver: Saver, log: JsonLog, last: dict[
     log.write(saver.finish())
     if saved_step != worker.step:
         fp = worker.state_fingerprint() if worker.cfg.fingerprint else None
-        log.write(saver.start(worker.step, worker.train_state(last.get("loss"), fp), blocking=True))
+        for record in saver.start(worker.step, worker.train_state(last.get("loss"), fp), blocking=True):
+            log.write(record)
     log.write({"event": "preempted", "step": worker.step, "signal": "SIGTERM"})
     log.flush()
     raise preemption.Preempted(f"SIGTERM: checkpoint at step {worker.step} reported; Ray Train restarts from it")
