@@ -46,7 +46,7 @@ def _offline_data(cfg: TrainConfig) -> tuple[list[dict[str, Any]], ComponentsSpe
     from sd_reference.preprocess import load_manifest, shard_row_groups
 
     manifest, root = load_manifest(cfg.data)
-    need = int(cfg.batch_size or 1) * cfg.workers
+    need = cfg.rows_per_step() * cfg.workers
     if manifest["rows"] < need:
         raise UserError(f"{cfg.data} has {manifest['rows']} rows, fewer than batch size x workers = {need}")
     if manifest["preset"] != cfg.preset or (cfg.resolution and cfg.resolution != manifest["resolution"]):
@@ -114,6 +114,7 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
 
     from sd_reference.preemption import SigtermAware
     from sd_reference.train_loop import train_loop_per_worker
+    from sd_reference.validation import driver_rows
 
     cfg = cfg.resolved()
     check_reachable(cfg)
@@ -143,6 +144,8 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
         "log_actor": log_actor,
         "uncond_path": uncond,
         "shards": shards,
+        # Validation rows, read once here and handed to every worker through the object store.
+        "val_rows": ray.put(driver_rows(cfg, datasets.get("train"))) if cfg.val_every else None,
     }
     fs, storage_path = storage.filesystem(cfg.storage_path)
     trainer = TorchTrainer(

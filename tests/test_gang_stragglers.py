@@ -129,12 +129,13 @@ def test_records_carry_work_and_wait_times(clock: Clock) -> None:
 def test_a_long_identity_drops_the_step_times_not_the_identity(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
-    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r" * 850, "world_rank": 0})
+    name = "r" * (progress.RECORD_SIZE - 174)
+    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": name, "world_rank": 0})
     b = progress.Beat()
     for _ in range(10):
         b.beat()
     got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())
-    assert got["train_run"] == "r" * 850 and "busy_s" not in got
+    assert got["train_run"] == name and "busy_s" not in got
     b.done()
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from sd_reference import checkpoint, preemption
-from sd_reference.diffusion import EMA
+from sd_reference.ema import EMA
 from sd_reference.saver import Control
 
 

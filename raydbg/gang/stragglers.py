@@ -1,15 +1,24 @@
-"""Per-rank step times and straggler decisions (pure): which rank keeps working longer than the others.
+"""Per-rank step times and straggler decisions (pure): which rank keeps the others waiting, step after step.
 
 The input is the node-merged progress records (raydbg/progress_records.py): each rank's
-record carries the work time of its recent steps (`busy_s`, from the end of one sync point
-to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray Data's
-batch iterators, `raydbg.data_wait()`) and the step number of the newest. Steps line up across ranks
-by number. A rank straggles when, for each of the last `steps` steps that every rank has
-recorded, its work time is above `factor` x the median of the others' and at least
-`min_extra_s` longer. That leaves out a uniform slowdown (the median rises with it), a
-single slow step, and steps too short to tell apart. A paused run is not judged (a rank
-paused by raydbg is slow by design). One event per straggling rank until it catches up.
-The service that feeds this and records the events is raydbg/gang/hang_service.py.
+record carries, for its recent steps, the work time (`busy_s`, from the end of one sync
+point to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray
+Data's batch iterators, `raydbg.data_wait()`), the time in the sync point itself (`wait_s`)
+and, in a torch group with Flight Recorder on, its arrival times at the step's collectives
+(`arr`, raydbg/gang/arrivals.py). Steps line up across ranks by number.
+
+A rank's *work* in a step is its work time less what it waited at the step's collectives
+for later ranks: in DDP or FSDP the others wait for a late rank inside their own step
+(the gradient all_reduce, the all_gathers), so their work times alone look the same. A
+rank straggles when, for each of the last `steps` steps every rank has recorded (with
+arrivals on every rank, or on none), its work is above `factor` x the median of the
+others' and at least `min_extra_s` longer. That leaves out a uniform slowdown (the median
+rises with it), a single slow step, and steps too short to tell apart. Per rank and step,
+"waited for others" (its wait at the step's collectives and at the sync point) and
+"others waited for it" (the others' wait at them for it alone) show who holds whom. A
+paused run is not judged (a rank paused by raydbg is slow by design). One event per
+straggling rank until it catches up. The service that feeds this and records the events
+is raydbg/gang/hang_service.py.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from raydbg import progress_records
+from raydbg.gang import arrivals
 
 RunKey = tuple[str, str]  # (job_id, train_run)
 
@@ -61,18 +71,105 @@ def step_times(rec: dict[str, Any], field: str = "busy_s") -> dict[int, float]:
     return {first + i: float(t) for i, t in enumerate(times)}
 
 
-def data_split(ranks: dict[int, dict[str, Any]], rank: int, steps: list[int]) -> dict[str, float] | None:
-    """Where a straggler's work time went over `steps`: its median wait for data and compute,
+def sync_waits(rec: dict[str, Any]) -> dict[int, float]:
+    """{step: seconds in the sync point that ended it}: a report's wait is recorded when it returns,
+    after the record was written, so the newest is the step before `step`."""
+    return {k - 1: t for k, t in step_times(rec, "wait_s").items()}
+
+
+@dataclass
+class RankSteps:
+    """One rank's recent steps: work (less its waits at collectives), who waited for whom."""
+
+    work: dict[int, float]
+    # None: not known yet (a report's wait is known once it returned, after the record was written)
+    waited: dict[int, float | None]  # it waited for others: at the step's collectives and its sync point
+    late: dict[int, float | None]  # the others waited for it alone: at the same places
+    data: dict[int, float]  # of its work, waiting for data
+    clock: str | None  # how its clock was lined up with the others' (arrivals.Clock.how)
+
+
+@dataclass(frozen=True)
+class _Step:
+    busy: float  # from the step's start to its arrival at the sync point (or its end)
+    sync: float | None  # its wait in the sync point that ended it (0: none; None: not known yet)
+    data: float | None
+    waited: float = 0.0  # at the step's collectives
+    late: float = 0.0
+
+
+def _others_min(values: dict[int, float]) -> dict[int, float]:
+    """Per rank, the smallest of the other ranks' values (in O(n): the two smallest)."""
+    if len(values) < 2:
+        return {}
+    low, second = sorted(values, key=values.__getitem__)[:2]
+    return {r: values[second] if r == low else values[low] for r in values}
+
+
+def _from_lists(rec: dict[str, Any]) -> dict[int, _Step]:
+    """A rank without arrivals: its steps from the record's lists (the newest RECENT_STEPS)."""
+    sync, data = sync_waits(rec), step_times(rec, "data_s")
+    report_loop = bool(sync)
+    return {k: _Step(t, sync.get(k) if report_loop else 0.0, data.get(k)) for k, t in step_times(rec).items()}
+
+
+def _from_arrivals(per: dict[int, arrivals.StepArrivals], waits: dict[int, arrivals.Waits]) -> dict[int, _Step]:
+    return {k: _Step(s.end - s.start, s.sync_wait_s, s.data_s, waits[k].waited_s, waits[k].late_s)
+            for k, s in per.items() if k in waits}
+
+
+def run_steps(ranks: dict[int, dict[str, Any]]) -> dict[int, RankSteps]:
+    """Per rank of a run: its steps' work, waits and the others' waits for it.
+
+    Where any rank carries arrivals (it is in a torch group with Flight Recorder on), only the
+    steps read from them count, on every rank: a rank's steps without them would count its
+    waits inside the step as work."""
+    decoded = {r: arrivals.decode(rec) for r, rec in ranks.items()}
+    read = {r: d for r, d in decoded.items() if d is not None}
+    clocks = arrivals.clock_offsets(read, {r: ranks[r].get("node_id") for r in read})
+    if read:
+        waits = arrivals.step_waits(read, clocks)
+        table = {r: _from_arrivals(d, waits[r]) if d is not None else {} for r, d in decoded.items()}
+    else:
+        table = {r: _from_lists(rec) for r, rec in ranks.items()}
+    # At a sync point that releases every rank at once, a rank's wait there less the last rank's
+    # (the sync point's own cost) is what it waited for the others: their arrivals' difference.
+    sync_waited: dict[int, dict[int, float]] = {r: {} for r in ranks}
+    sync_late: dict[int, dict[int, float]] = {r: {} for r in ranks}
+    for k in {k for per in table.values() for k in per}:
+        here = {r: st.sync for r, per in table.items() if (st := per.get(k)) is not None and st.sync is not None}
+        if not here:
+            continue
+        least = min(here.values())
+        for r, t in here.items():
+            sync_waited[r][k] = t - least
+        for r, m in _others_min(here).items():
+            sync_late[r][k] = max(0.0, m - here[r])
+    out = {}
+    for r, per in table.items():
+        known = {k for k, st in per.items() if st.sync is not None}
+        out[r] = RankSteps(
+            work={k: round(max(0.0, st.busy - st.waited), 4) for k, st in per.items()},
+            waited={k: round(st.waited + sync_waited[r].get(k, 0.0), 4) if k in known else None
+                    for k, st in per.items()},
+            late={k: round(st.late + sync_late[r].get(k, 0.0), 4) if k in known else None for k, st in per.items()},
+            data={k: st.data for k, st in per.items() if st.data is not None},
+            clock=clocks[r].how if r in clocks else None)
+    return out
+
+
+def data_split(steps: dict[int, RankSteps], rank: int, last: list[int]) -> dict[str, float] | None:
+    """Where a straggler's work went over the steps `last`: its median wait for data and compute,
     and the others' (medians over ranks of their medians); None without data marks."""
     def medians(r: int) -> tuple[float, float] | None:
-        busy, data = step_times(ranks[r]), step_times(ranks[r], "data_s")
-        if not all(s in data and s in busy for s in steps):
+        work, data = steps[r].work, steps[r].data
+        if not all(s in data and s in work for s in last):
             return None
-        return (statistics.median(data[s] for s in steps),
-                statistics.median(busy[s] - data[s] for s in steps))
+        return (statistics.median(data[s] for s in last),
+                statistics.median(max(0.0, work[s] - data[s]) for s in last))
 
     mine = medians(rank)
-    others = [m for r in ranks if r != rank and (m := medians(r)) is not None]
+    others = [m for r in steps if r != rank and (m := medians(r)) is not None]
     if mine is None or not others or (mine[0] == 0 and all(o[0] == 0 for o in others)):
         return None  # no step of any rank waited in a marked data wait: nothing to split
     return {"data_wait_s": round(mine[0], 4), "compute_s": round(mine[1], 4),
@@ -103,14 +200,24 @@ def median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, Any]]:
+def judged_steps(steps: dict[int, RankSteps], s: Settings) -> list[int]:
+    """The last `s.steps` steps every rank has work for; [] when there are fewer (nothing to judge yet)."""
+    if len(steps) < 2:
+        return []
+    common = set.intersection(*(set(st.work) for st in steps.values()))
+    last = sorted(common)[-s.steps:]
+    return last if len(last) == s.steps else []
+
+
+def judge(ranks: dict[int, dict[str, Any]], s: Settings,
+          steps: dict[int, RankSteps] | None = None) -> dict[int, dict[str, Any]]:
     """The ranks that straggle over the last `s.steps` common steps, with the figures that show it."""
     if len(ranks) < 2:
         return {}
-    times = {rank: step_times(rec) for rank, rec in ranks.items()}
-    common = set.intersection(*(set(t) for t in times.values()))
-    last = sorted(common)[-s.steps:]
-    if len(last) < s.steps:
+    steps = run_steps(ranks) if steps is None else steps
+    times = {rank: st.work for rank, st in steps.items()}
+    last = judged_steps(steps, s)
+    if not last:
         return {}
     by_step = {step: sorted(t[step] for t in times.values()) for step in last}
     found = {}
@@ -124,7 +231,9 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, 
                 "others_median_s": [round(m, 4) for m in medians],
                 "ratio": round(statistics.median(mine[step] / m if m > 0 else float("inf")
                                                  for step, m in zip(last, medians, strict=True)), 2),
-                "data": data_split(ranks, rank, last),
+                "others_waited_s": [steps[rank].late[step] for step in last],
+                "clock": steps[rank].clock,
+                "data": data_split(steps, rank, last),
             }
     return found
 
@@ -144,7 +253,12 @@ class StragglerDecider:
             if run in paused:
                 still |= {k for k in self.flagged if k[0] == run}  # judged again once it runs
                 continue
-            for rank, figures in judge(ranks, self.settings).items():
+            steps = run_steps(ranks)
+            if not judged_steps(steps, self.settings):
+                # Too few steps every rank has figures for (arrivals not read yet on one): not a catch-up.
+                still |= {k for k in self.flagged if k[0] == run}
+                continue
+            for rank, figures in judge(ranks, self.settings, steps).items():
                 still.add((run, rank))
                 if (run, rank) in self.flagged:
                     continue
@@ -156,12 +270,20 @@ class StragglerDecider:
         return out
 
 
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 4) if known else None
+
+
 def message(found: dict[str, Any]) -> str:
     mine = statistics.median(found["busy_s"])
     others = statistics.median(found["others_median_s"])
     text = (f"Train run {found['train_run']} (job {found['job_id']}): rank {found['world_rank']} worked "
             f"{found['ratio']}x as long as the others' median for the last {len(found['steps'])} steps "
             f"({mine:.2f}s vs {others:.2f}s a step)")
+    held = _median([t for t in found.get("others_waited_s") or [] if t is not None]) or 0.0
+    if held > 0:
+        text += f"; the others waited {held:.2f}s a step for it"
     split = found.get("data")
     if split:
         extra_data = split["data_wait_s"] - split["others_data_wait_s"]
@@ -174,25 +296,26 @@ def message(found: dict[str, Any]) -> str:
 
 def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = None, run: str | None = None,
                settings: Settings | None = None) -> list[dict[str, Any]]:
-    """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent step times."""
+    """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent steps: work
+    (`busy_s`), waited for others (`wait_s`), others waited for it (`late_s`), data wait (`data_s`)."""
     settings = settings or Settings.from_env()
     out = []
     for (job_id, name), ranks in sorted(train_ranks(beats).items()):
         if (job and job != job_id) or (run and run != name):
             continue
-        slow = judge(ranks, settings)
+        steps = run_steps(ranks)
+        slow = judge(ranks, settings, steps)
         rows = []
         for rank, rec in sorted(ranks.items()):
-            busy = [float(t) for t in rec.get("busy_s") or []]
-            wait = [float(t) for t in rec.get("wait_s") or []]
-            data = [float(t) for t in rec.get("data_s") or []]
+            st = steps[rank]
+            order = sorted(st.work)
+            lists: dict[str, list[float | None]] = {
+                "busy_s": [st.work[k] for k in order], "wait_s": [st.waited[k] for k in order],
+                "late_s": [st.late[k] for k in order], "data_s": [st.data.get(k) for k in order]}
             rows.append({"world_rank": rank, "node_id": rec.get("node_id"), "pid": rec.get("pid"),
                          "step": rec.get("step"), "last_progress_s": round(max(0.0, now - float(rec.get("ts", 0))), 1),
-                         "busy_s": busy, "wait_s": wait, "data_s": data,
-                         "busy_median_s": round(statistics.median(busy), 4) if busy else None,
-                         "wait_median_s": round(statistics.median(wait), 4) if wait else None,
-                         "data_median_s": round(statistics.median(data), 4) if data else None,
-                         "straggler": rank in slow})
+                         "steps": order, **lists, **{f"{k[:-2]}_median_s": _median(v) for k, v in lists.items()},
+                         "clock": st.clock, "straggler": rank in slow})
         out.append({"job_id": job_id, "train_run": name, "ranks": rows,
                     "stragglers": sorted(slow), "factor": settings.factor, "steps": settings.steps})
     return out
