@@ -59,7 +59,7 @@ def synthetic_batches(spec: ComponentsSpec, worker: Worker, n: int, bsz: int) ->
 
 def bench_online(preset: Preset, bsz: int, steps: int, workdir: Path) -> dict[str, Any]:
     """Images/s of the same UNet step with latents precomputed vs encoded in the loop."""
-    spec = prepare_components(preset, None, workdir / "components")
+    spec = prepare_components(preset, None, str(workdir / "components"))
     cfg = TrainConfig(online=True, steps=10**6, batch_size=bsz, lr=1e-4, warmup_steps=0, ema_decay=0.999,
                       use_gpu=None)
     online = Worker(cfg, spec, None)
@@ -138,7 +138,7 @@ def bench_parallel(preset: Preset, bsz: int, steps: int, workdir: Path) -> dict[
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    spec = prepare_components(preset, None, workdir / "components")
+    spec = prepare_components(preset, None, str(workdir / "components"))
     uncond = workdir / "uncond.npy"
     np.save(uncond, np.zeros((77, preset.text_encoder["hidden_size"]), np.float32))
     out: dict[str, Any] = {}
@@ -171,7 +171,7 @@ def bench_learning(steps: int, workdir: Path) -> dict[str, Any]:
     from sd_reference.metrics import Timer
 
     preset = get_preset("tiny")
-    spec = prepare_components(preset, None, workdir / "components-tiny")
+    spec = prepare_components(preset, None, str(workdir / "components-tiny"))
     cfg = TrainConfig(online=True, steps=steps, batch_size=16, lr=preset.lr, warmup_steps=preset.warmup_steps,
                       ema_decay=preset.ema_decay, caption_dropout=0.1)
     worker = Worker(cfg, spec, None)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -28,11 +27,12 @@ GRID_GUIDANCE = 5.0
 
 
 def write_output(out_dir: str, relative: str, data: bytes) -> str:
-    """Write one file of the run's outputs; returns where it went (the one place to reroute for URIs)."""
-    path = Path(out_dir) / relative
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    return str(path)
+    """Write one file of the run's outputs (a path or URI, storage.py); returns where it went."""
+    from sd_reference import storage
+
+    uri = storage.join(out_dir, *relative.split("/"))
+    storage.write_bytes(uri, data)
+    return uri
 
 
 def tile(images: np.ndarray) -> Image:

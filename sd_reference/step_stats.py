@@ -28,6 +28,7 @@ class _Pending:
     stats: torch.Tensor  # [loss, grad_norm], on the device
     lr: float
     timings: dict[str, float]
+    extra: dict[str, Any] | None = None  # more fields for the step's record (e.g. its sample keys)
 
 
 @dataclass
@@ -45,8 +46,9 @@ class StatsWindow:
         if self.started is None:
             self.started = self.clock()
 
-    def add(self, step: int, stats: torch.Tensor, lr: float, timings: dict[str, float]) -> None:
-        self.pending.append(_Pending(step, stats.detach(), lr, dict(timings)))
+    def add(self, step: int, stats: torch.Tensor, lr: float, timings: dict[str, float],
+            extra: dict[str, Any] | None = None) -> None:
+        self.pending.append(_Pending(step, stats.detach(), lr, dict(timings), extra))
 
     def __len__(self) -> int:
         return len(self.pending)
@@ -62,7 +64,7 @@ class StatsWindow:
         records = [
             {"step": p.step, "loss": loss, "grad_norm": norm, "lr": p.lr,
              "images_per_s": round(images_per_s, 3), "step_s": round(step_s, 4),
-             "timings": {k: round(v, 4) for k, v in p.timings.items()}}
+             "timings": {k: round(v, 4) for k, v in p.timings.items()}, **(p.extra or {})}
             for p, (loss, norm) in zip(self.pending, values, strict=True)
         ]
         self.pending, self.started = [], None
@@ -94,8 +96,9 @@ class StepReporter:
     def start_step(self) -> None:
         self.window.start_step()
 
-    def add(self, step: int, stats: torch.Tensor, lr: float, timings: dict[str, float]) -> None:
-        self.window.add(step, stats, lr, timings)
+    def add(self, step: int, stats: torch.Tensor, lr: float, timings: dict[str, float],
+            extra: dict[str, Any] | None = None) -> None:
+        self.window.add(step, stats, lr, timings, extra)
 
     def flush(self) -> dict[str, Any]:
         """Read the window back and write one record per step; returns the last ({} if none)."""

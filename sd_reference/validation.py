@@ -51,10 +51,12 @@ def driver_rows(cfg: TrainConfig, online_ds: Any) -> dict[str, np.ndarray]:
     if cfg.online:
         batch = online_ds.limit(cfg.val_rows).take_batch(cfg.val_rows, batch_format="numpy")
         return {c: batch[c] for c in ("pixels", "input_ids")}
+    from sd_reference import storage
     from sd_reference.preprocess import load_manifest
 
     manifest, root = load_manifest(cfg.data)
-    return parquet_rows([str(root / f["path"]) for f in manifest["files"]], ["latents", "text_emb"], cfg.val_rows)
+    files = [storage.join(root, f["path"]) for f in manifest["files"]]
+    return parquet_rows(files, ["latents", "text_emb"], cfg.val_rows, filesystem=storage.filesystem)
 
 
 def worker_rows(rows_ref: Any) -> dict[str, torch.Tensor] | None:
