@@ -5,12 +5,17 @@
 Synthetic, in one process, no Ray: N ranks' stacks (each a main thread of 30 frames and
 two idle threads; most ranks in one all_reduce, a few in a data loader, one stuck
 elsewhere) go through `classes.group` and `classes.runs` (what the gateway does with the
-agents' answers), and N ranks' Flight Recorder views (rank 7 one collective behind in one
-of two groups) through `collectives.disagreement`; straggler judgement over N ranks'
-step times through `stragglers.judge`, and over N ranks' collective arrivals (8 steps, 18
-collectives a step sampled at 4, rank 3 late at each step's first; ranks on 8 nodes whose
-clocks are lined up by the steps' shared releases). Median and max of the repeats, in ms, against the
-200 ms goal. Results to benchmarks/results/gang_scale.json (or --out).
+agents' answers); the wait-for graph (`wait_for.analyze` + `wait_for.chain`) over N ranks
+laid out data x tensor x pipeline (tensor 8, pipeline 4, data N/32: 1 + N/8 + N/4 + 32
+process groups, each rank's Flight Recorder view and group table as its stacks thread
+sends them), one rank stuck before its tensor-parallel all_reduce: its tensor group waits
+in that all_reduce, the stages around it in NCCL send/recv, every other data-parallel
+replica in the gradient all_reduce, and the graph must name that rank alone; straggler
+judgement over N ranks' step times through `stragglers.judge`, and over N ranks' collective
+arrivals (8 steps, 18 collectives a step sampled at 4, rank 3 late at each step's first;
+ranks on 8 nodes whose clocks are lined up by the steps' shared releases). Median and max
+of the repeats, in ms, against the 200 ms goal. Results to benchmarks/results/gang_scale.json
+(or --out).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from raydbg.gang import arrivals, classes, collectives, stragglers
+from raydbg.gang import arrivals, classes, collectives, stragglers, wait_for
 
 GOAL_MS = 200.0
 
@@ -53,20 +58,63 @@ def workers(n: int) -> list[dict[str, Any]]:
     return out
 
 
-def views(n: int) -> dict[int, dict[str, Any]]:
+TP, PP = 8, 4  # tensor and pipeline parallel sizes; data parallel is the rest
+
+
+def stuck_rank(n: int) -> int:
+    """The middle replica's stage 1, tensor rank 2: stuck before its tensor all_reduce."""
+    return n // (TP * PP) // 2 * TP * PP + 1 * TP + 2
+
+
+def coords(rank: int) -> tuple[int, int, int]:
+    """(data, pipeline, tensor) of a rank, tensor fastest (Megatron's layout)."""
+    return rank // (TP * PP), rank // TP % PP, rank % TP
+
+
+def mesh(n: int) -> dict[int, dict[str, Any]]:
+    """Each rank's wait-for graph inputs: its Flight Recorder view (built from a dump by
+    collectives.rank_view, as in the rank) and its process-group table."""
     now = time.time_ns()
+    dp_size = n // (TP * PP)
+    stuck = stuck_rank(n)
+    sd, sp, _ = coords(stuck)
 
-    def dump(rank: int) -> dict[str, Any]:
-        entries = []
-        for group, count in (("default_pg", 40), ("tp", 20)):
-            last = count - 1 if (rank == 7 and group == "tp") else count
-            for seq in range(max(1, last - 12), last + 1):
-                entries.append({"collective_seq_id": seq, "profiling_name": "nccl:all_reduce", "input_sizes": [[1024]],
-                                "input_dtypes": ["Float"], "is_p2p": False, "process_group": ["0", group],
-                                "retired": seq < last, "state": "scheduled", "time_created_ns": now - 10**9})
-        return {"entries": entries}
+    def groups(rank: int) -> dict[str, dict[str, Any]]:
+        d, p, t = coords(rank)
+        return {"0": {"desc": "default_pg", "ranks": {"start": 0, "step": 1, "count": n}},
+                f"tp{d}.{p}": {"desc": "tp", "ranks": {"start": rank - t, "step": 1, "count": TP}},
+                f"pp{d}.{t}": {"desc": "pp", "ranks": {"start": rank - p * TP, "step": TP, "count": PP}},
+                f"dp{p}.{t}": {"desc": "dp", "ranks": {"start": p * TP + t, "step": TP * PP, "count": dp_size}}}
 
-    return {rank: collectives.rank_view(dump(rank), now) for rank in range(n)}
+    def entry(group: str, seq: int, op: str, done: bool, p2p: str | None = None) -> dict[str, Any]:
+        return {"collective_seq_id": 0 if p2p else seq, "p2p_seq_id": seq if p2p else 0, "is_p2p": bool(p2p),
+                "profiling_name": f"nccl:{p2p or op}", "input_sizes": [[4096]], "input_dtypes": ["BFloat16"],
+                "process_group": [group, group[:2]], "retired": done, "state": "completed" if done else "started",
+                "time_created_ns": now - 10**9}
+
+    out = {}
+    for rank in range(n):
+        d, p, t = coords(rank)
+        g = groups(rank)
+        tp, pp, dp = (name for name in g if name != "0")
+        stuck_tp = (d, p) == (sd, sp)
+        entries = [entry("0", 1, "broadcast", True)]
+        entries += [entry(tp, s, "all_reduce", True) for s in range(1, 40)]  # step 9's ring, the rest gone
+        if d == sd:  # the stuck replica: its tensor group waits in #40 for the stuck rank, its stages in send/recv
+            if stuck_tp and rank != stuck:
+                entries.append(entry(tp, 40, "all_reduce", False))
+            elif p == sp + 1:
+                entries.append(entry(pp, 7, "", False, p2p=f"recv 1<-{sp}"))  # activations from the stuck stage
+            elif p == sp - 1:
+                entries.append(entry(pp, 7, "", False, p2p=f"recv 0<-{sp}"))  # gradients back from it
+            elif p > sp + 1:
+                entries.append(entry(pp, 7, "", False, p2p=f"recv {p}<-{p - 1}"))
+            entries += [entry(dp, s, "all_reduce", True) for s in range(1, 9)]
+        else:  # every other replica is in step 9's gradient all_reduce
+            entries += [entry(tp, 40, "all_reduce", True)]
+            entries += [entry(dp, s, "all_reduce", s < 9) for s in range(1, 10)]
+        out[rank] = {"collectives": collectives.rank_view({"entries": entries}, now), "process_groups": g}
+    return out
 
 
 def step_records(n: int) -> dict[int, dict[str, Any]]:
@@ -109,13 +157,18 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for n in args.ranks:
-        ws, vs, steps, arr = workers(n), views(n), step_records(n), arrival_records(n)
-        found = collectives.disagreement(vs)
-        assert collectives.culprits(found) == [7], found  # the benchmark measures a right answer
+        ws, ranks, steps, arr = workers(n), mesh(n), step_records(n), arrival_records(n)
+        found = wait_for.analyze(ranks, n)
+        assert found["culprits"] == [stuck_rank(n)], found["culprits"]  # the benchmark measures a right answer
+        assert found["deadlocks"] == [] and len(found["waits"]) == TP * PP + 2 * TP + 1  # dp, pp, tp hops
         assert list(stragglers.judge(steps, stragglers.Settings())) == [3]
         assert list(stragglers.judge(arr, stragglers.Settings())) == [3]
+
+        def graph(ranks: dict[int, dict[str, Any]] = ranks, n: int = n) -> list[str]:
+            return wait_for.chain(wait_for.analyze(ranks, n), lambda r: "load_batch train.py:88")
+
         for name, fn in (("classes.group + runs", lambda ws=ws: (classes.group(ws), classes.runs(ws))),
-                         ("collectives.disagreement", lambda vs=vs: collectives.disagreement(vs)),
+                         ("wait_for graph + chain (d x t x p)", graph),
                          ("stragglers.judge", lambda steps=steps: stragglers.judge(steps, stragglers.Settings())),
                          ("stragglers.judge (arrivals)", lambda arr=arr: stragglers.judge(arr, stragglers.Settings()))):
             median, worst = timed(fn, args.repeats)

@@ -206,6 +206,11 @@ def run_bench(args: argparse.Namespace) -> int:
             results["fsdp_vs_ddp"] = bench_parallel(preset, args.batch_size, args.steps, work)
         if args.what in ("all", "learning"):
             results["learning"] = bench_learning(300, work)
+        if args.what in ("all", "features"):
+            from sd_reference import bench_features
+
+            results["features"] = {"optimizer_and_ema": bench_features.optimizer_and_ema(preset, 5),
+                                   "grad_checkpointing": bench_features.checkpointing(preset, args.batch_size, args.steps)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     parts = []
@@ -220,5 +225,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if "learning" in results:
         r = results["learning"]
         parts.append(f"learning: loss {r['first_20pct_loss']} -> {r['last_20pct_loss']}")
+    if "features" in results:
+        o, c = results["features"]["optimizer_and_ema"], results["features"]["grad_checkpointing"]
+        parts.append(f"AdamW for-loop/foreach/fused {o['adamw_for-loop_ms']}/{o['adamw_foreach_ms']}/{o['adamw_fused_ms']} ms, "
+                     f"EMA loop/foreach {o['ema_loop_ms']}/{o['ema_foreach_ms']} ms, checkpointing: step peak above RSS "
+                     f"{c['off']['step_peak_above_mib']} -> {c['on']['step_peak_above_mib']} MiB")
     ui.summary("bench: " + "; ".join(parts) + f" -> {args.out}")
     return 0

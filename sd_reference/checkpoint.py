@@ -19,7 +19,7 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from sd_reference.diffusion import EMA
+from sd_reference.ema import EMA
 from sd_reference.errors import UserError
 
 STATE_FILE = "train_state.json"

@@ -96,6 +96,7 @@ def build_parser() -> Parser:
     t.add_argument("--no-export", action="store_true", help="skip exporting the pipeline at the end")
     t.add_argument("--export-dir", help="pipeline directory (default: RUN/pipeline)")
     t.add_argument("--num-cpus", type=_positive_int, help="logical CPUs for a local Ray (default 8)")
+    _train_feature_args(t)
 
     e = sub.add_parser("export", help="a run's EMA UNet + components as a diffusers pipeline")
     e.add_argument("--run", default=str(WORK / "runs" / "sd-tiny"), help="run directory (default: %(default)s)")
@@ -113,7 +114,7 @@ def build_parser() -> Parser:
     s.add_argument("--log", help="training log for the loss curve (default: the run's)")
 
     b = sub.add_parser("bench", help="offline vs online throughput; FSDP2 vs DDP memory and speed")
-    b.add_argument("--what", default="all", help="all, online, parallel or learning")
+    b.add_argument("--what", default="all", help="all, online, parallel, learning or features")
     b.add_argument("--width-div", type=int, default=8, help="SD2 widths divided by this (default: %(default)s)")
     b.add_argument("--resolution", type=_positive_int, default=128)
     b.add_argument("--batch-size", type=_positive_int, default=4)
@@ -128,6 +129,29 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", help="tiny, small or sd2-base (default: tiny; train: the latents' preset)")
     p.add_argument("--resolution", type=_positive_int, help="image size (default: preset's)")
     p.add_argument("--pretrained", help="local diffusers model dir for VAE, text encoder, tokenizer, scheduler")
+
+
+def _train_feature_args(t: argparse.ArgumentParser) -> None:
+    """Training features of SD2-scale runs (docs/sd_reference.md, "Training features")."""
+    t.add_argument("--grad-accum", type=_positive_int, default=1,
+                   help="micro-batches of --batch-size per optimizer step; gradients sync on the last only")
+    t.add_argument("--grad-checkpointing", action="store_true", help="recompute UNet activations in backward")
+    t.add_argument("--optimizer", default="auto", help="AdamW kernel: auto (fused where supported), fused, foreach, for-loop")
+    t.add_argument("--log-every", type=_positive_int, default=1,
+                   help="read the loss back from the device every N steps (10-50 on GPU: fewer host syncs)")
+    t.add_argument("--sync-timings", action="store_true",
+                   help="synchronise the device around each timed part (exact per-part GPU times; slower)")
+    t.add_argument("--no-tf32", action="store_true", help="keep float32 matmuls in full precision on GPU")
+    t.add_argument("--val-every", type=int, default=0, help="validation loss every N steps (0: off)")
+    t.add_argument("--val-rows", type=_positive_int, default=32, help="rows in the validation set")
+    t.add_argument("--sample-every", type=int, default=0, help="sample grid PNG every N steps (0: off)")
+
+
+def _train_features(args: argparse.Namespace) -> dict[str, Any]:
+    return {"grad_accum": args.grad_accum, "grad_checkpointing": args.grad_checkpointing,
+            "optimizer": args.optimizer, "log_every": args.log_every, "sync_timings": args.sync_timings,
+            "tf32": not args.no_tf32, "val_every": args.val_every, "val_rows": args.val_rows,
+            "sample_every": args.sample_every}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -222,7 +246,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         keep_checkpoints=args.keep_checkpoints, max_failures=args.max_failures,
         inject_failure_at_step=args.inject_failure_at_step,
         breakpoint_at_step=args.breakpoint_at_step, fingerprint=args.fingerprint, compile=args.compile,
-        seed=args.seed, export=not args.no_export, export_dir=args.export_dir,
+        seed=args.seed, export=not args.no_export, export_dir=args.export_dir, **_train_features(args),
     ).resolved()
     ensure_ray(args.num_cpus)
     with ui.progress(not args.no_progress) as bar:
@@ -232,7 +256,10 @@ def cmd_train(args: argparse.Namespace) -> int:
             if r.get("event") == "resume":
                 bar.update(task, completed=r["step"], info=f"resumed at step {r['step']}")
             elif r.get("event") is None and "loss" in r:
-                bar.update(task, completed=r["step"], info=f"loss {r['loss']:.4f}  {r['images_per_s']:.1f} img/s")
+                mfu = f"  MFU {100 * r['mfu']:.1f}%" if r.get("mfu") is not None else ""
+                bar.update(task, completed=r["step"], info=f"loss {r['loss']:.4f}  {r['images_per_s']:.1f} img/s{mfu}")
+            elif r.get("event") == "validation" and "val_loss" in r:
+                bar.update(task, info=f"val loss {r['val_loss']:.4f} at step {r['step']}")
 
         result = train.run(cfg, on_record)
     loss = f"{result.loss:.4f}" if result.loss is not None else "n/a"

@@ -7,6 +7,7 @@ from typing import Any
 
 from sd_reference.diffusion import PREDICTION_TYPES
 from sd_reference.errors import UserError
+from sd_reference.optim import OPTIMIZER_IMPLS
 from sd_reference.parallel import FSDP_MODES, STRATEGIES
 
 
@@ -47,6 +48,16 @@ class TrainConfig:
     cache_data_mib: int = 1024  # latents smaller than this are read once into the object store
     export: bool = True
     export_dir: str | None = None
+    # Training features for SD2-scale runs (docs/sd_reference.md, "Training features").
+    grad_accum: int = 1  # micro-batches of batch_size per optimizer step
+    grad_checkpointing: bool = False
+    optimizer: str = "auto"  # AdamW: auto (fused where supported), fused, foreach, for-loop
+    log_every: int = 1  # read the loss back (host sync) every N steps
+    sync_timings: bool = False  # synchronise the device around each timed part
+    tf32: bool = True  # float32 matmuls in TF32 on GPU
+    val_every: int = 0  # validation loss every N steps (0: off)
+    val_rows: int = 32
+    sample_every: int = 0  # sample grid every N steps (0: off)
 
     def resolved(self) -> TrainConfig:
         """Fill preset defaults and validate; raises UserError on the first bad value."""
@@ -76,11 +87,20 @@ class TrainConfig:
              "--inject-failure-at-step must be between 1 and --steps"),
             (cfg.inject_failure_at_step is None or cfg.max_failures >= 1,
              "--inject-failure-at-step needs --max-failures of at least 1 to resume"),
+            (cfg.grad_accum >= 1, "--grad-accum must be at least 1"),
+            (cfg.optimizer in OPTIMIZER_IMPLS, f"--optimizer must be one of {', '.join(OPTIMIZER_IMPLS)}"),
+            (cfg.log_every >= 1, "--log-every must be at least 1"),
+            (cfg.val_every >= 0 and cfg.sample_every >= 0, "--val-every and --sample-every must be 0 (off) or more"),
+            (cfg.val_rows >= cfg.workers, "--val-rows must be at least --workers (each rank evaluates its share)"),
         ]
         for ok, message in checks:
             if not ok:
                 raise UserError(message)
         return cfg
+
+    def rows_per_step(self) -> int:
+        """Rows one worker consumes per optimizer step (batch size x accumulation)."""
+        return int(self.batch_size or 1) * self.grad_accum
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

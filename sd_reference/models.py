@@ -169,7 +169,8 @@ def encode_images(vae: Any, pixels_uint8: torch.Tensor, generator: torch.Generat
     device = next(vae.parameters()).device
     x = pixels_uint8.to(device=device, dtype=torch.float32) / 127.5 - 1.0
     dist = vae.encode(x).latent_dist
-    noise = torch.randn(dist.mean.shape, generator=generator).to(device)
+    # Drawn where the generator lives (the training device for train's step generators), then moved.
+    noise = torch.randn(dist.mean.shape, generator=generator, device=generator.device if generator else "cpu").to(device)
     return (dist.mean + dist.std * noise) * vae.config.scaling_factor
 
 

@@ -59,7 +59,7 @@ def _offline_dataset(cfg: TrainConfig) -> tuple[Any, ComponentsSpec, str]:
     from sd_reference.preprocess import load_manifest
 
     manifest, root = load_manifest(cfg.data)
-    need = int(cfg.batch_size or 1) * cfg.workers
+    need = cfg.rows_per_step() * cfg.workers
     if manifest["rows"] < need:
         raise UserError(f"{cfg.data} has {manifest['rows']} rows, fewer than batch size x workers = {need}")
     if manifest["preset"] != cfg.preset or (cfg.resolution and cfg.resolution != manifest["resolution"]):
@@ -117,6 +117,7 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
     from ray.train.torch import TorchConfig, TorchTrainer
 
     from sd_reference.train_loop import train_loop_per_worker
+    from sd_reference.validation import driver_rows
 
     cfg = cfg.resolved()
     storage = Path(cfg.storage_path).resolve()
@@ -139,6 +140,8 @@ def run(cfg: TrainConfig, on_record: Callable[[dict[str, Any]], None] | None = N
         "run_dir": str(run_dir),
         "log_path": str(log_path),
         "uncond_path": uncond,
+        # Validation rows, read once here and handed to every worker through the object store.
+        "val_rows": ray.put(driver_rows(cfg, ds)) if cfg.val_every else None,
     }
     trainer = TorchTrainer(
         train_loop_per_worker,

@@ -21,16 +21,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from sd_reference import checkpoint, metrics, parallel
+from sd_reference import checkpoint, device, metrics, optim, parallel
 from sd_reference.config import TrainConfig
 from sd_reference.diffusion import (
-    EMA,
     NoiseSchedule,
     caption_dropout,
-    ema_decay_at,
+    dropout_mask,
     lr_at,
     step_generator,
 )
+from sd_reference.ema import EMA, ema_decay_at
 from sd_reference.models import (
     ComponentsSpec,
     build_unet,
@@ -41,6 +41,7 @@ from sd_reference.models import (
     load_tokenizer,
     tokenize,
 )
+from sd_reference.step_stats import StepReporter
 
 FAILURE_MARKER = ".failure_injected"
 
@@ -67,16 +68,18 @@ class Worker:
     ) -> None:
         self.cfg, self.spec = cfg, spec
         self.rank, self.world = rank, world
-        cuda = torch.cuda.is_available() and cfg.use_gpu is not False
-        self.device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
-        if cuda:
-            torch.cuda.set_device(self.device)  # NCCL object collectives use the current device
+        self.device = device.pick(cfg.use_gpu, local_rank)
+        device.enable_tf32(self.device, cfg.tf32)
         self.bf16 = self.device.type == "cuda"
         unet = build_unet(spec, cfg.seed)
+        if cfg.grad_checkpointing:
+            unet.enable_gradient_checkpointing()  # recompute block activations in backward: less memory
+        self.latent_shape = (int(spec.unet.get("in_channels", 4)), int(spec.unet["sample_size"]), int(spec.unet["sample_size"]))
         self.model = parallel.wrap(unet, cfg.strategy, cfg.fsdp_mode, self.device, self.bf16 and cfg.strategy == "fsdp")
         if cfg.compile:
             self.model.compile(dynamic=False)  # fixed batch shapes (drop_last); dynamic shapes trip inductor here
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr or 1e-4, weight_decay=cfg.weight_decay)
+        self.optimizer = optim.adamw(self.model.parameters(), cfg.lr or 1e-4, cfg.weight_decay, cfg.optimizer,
+                                     self.device.type)
         self.ema = EMA(parallel.named_params(self.model))
         self.schedule = NoiseSchedule(load_scheduler_config(spec), cfg.prediction_type)
         self.vae = self.text_encoder = None
@@ -86,7 +89,7 @@ class Worker:
             ids = tokenize(load_tokenizer(spec), [""])
             self.uncond = encode_text(self.text_encoder, ids)[0].float()
         else:  # offline: the empty prompt's embedding was computed by preprocess
-            self.uncond = torch.from_numpy(np.load(uncond_path)).float() if uncond_path else None
+            self.uncond = torch.from_numpy(np.load(uncond_path)).float().to(self.device) if uncond_path else None
         self.step = 0
 
     def state_fingerprint(self) -> dict[str, dict[str, str]]:
@@ -100,29 +103,52 @@ class Worker:
 
     def inputs(self, batch: dict[str, torch.Tensor], gen: torch.Generator, timer: metrics.Timer) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.cfg.online:
-            return batch["latents"].to(self.device).float(), batch["text_emb"].to(self.device).float()
+            return (batch["latents"].to(self.device, non_blocking=True).float(),
+                    batch["text_emb"].to(self.device, non_blocking=True).float())
         with timer.timed("encode"), torch.autocast("cuda", torch.bfloat16, enabled=self.bf16):
             latents = encode_images(self.vae, batch["pixels"], gen).float()
             text = encode_text(self.text_encoder, batch["input_ids"]).float()
         return latents, text
 
-    def train_step(self, batch: dict[str, torch.Tensor], timer: metrics.Timer) -> dict[str, float]:
-        cfg = self.cfg
-        gen = step_generator(cfg.seed, self.step, self.rank)
-        latents, text = self.inputs(batch, gen, timer)
-        if self.uncond is not None:
-            text = caption_dropout(text, self.uncond, cfg.caption_dropout, gen)
-        bsz = latents.shape[0]
-        noise = torch.randn(latents.shape, generator=gen).to(self.device)
-        timesteps = torch.randint(0, self.schedule.num_timesteps, (bsz,), generator=gen).to(self.device)
+    def predict(self, noisy: torch.Tensor, timesteps: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """The UNet's prediction (bf16 on GPU: FSDP2 casts through its policy, DDP through autocast)."""
+        autocast = self.bf16 and self.cfg.strategy == "ddp"
+        with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+            return self.model(noisy, timesteps, encoder_hidden_states=text).sample
+
+    def objective(self, latents: torch.Tensor, text: torch.Tensor, noise: torch.Tensor,
+                  timesteps: torch.Tensor) -> torch.Tensor:
+        """The training loss of one micro-batch with the given noise and timesteps."""
         noisy, target = self.schedule.noisy_and_target(latents, noise, timesteps)
+        return self.schedule.loss(self.predict(noisy, timesteps, text), target, timesteps, self.cfg.snr_gamma)
+
+    def step_on_device(self, batch: dict[str, torch.Tensor], timer: metrics.Timer) -> tuple[torch.Tensor, float]:
+        """One optimizer step over `batch` (grad_accum micro-batches); [loss, grad_norm] stay on the device.
+
+        Noise, timesteps and caption dropout are drawn for the whole batch on the device,
+        then cut per micro-batch: N micro-batches of B see what one batch of N x B would.
+        Only the last micro-batch's backward reduces gradients across ranks.
+        """
+        cfg, accum = self.cfg, self.cfg.grad_accum
+        rows = len(next(iter(batch.values())))
+        if rows % accum:
+            raise ValueError(f"a batch of {rows} rows does not split into {accum} equal micro-batches")
+        gen = step_generator(cfg.seed, self.step, self.rank, self.device)
+        noise = torch.randn((rows, *self.latent_shape), generator=gen, device=self.device)
+        timesteps = torch.randint(0, self.schedule.num_timesteps, (rows,), generator=gen, device=self.device)
+        drop = dropout_mask(rows, cfg.caption_dropout, gen) if self.uncond is not None else None
+        micro = rows // accum
+        total = torch.zeros((), device=self.device)
+        for i in range(accum):
+            part = slice(i * micro, (i + 1) * micro)
+            latents, text = self.inputs({k: v[part] for k, v in batch.items()}, gen, timer)
+            if self.uncond is not None:
+                text = caption_dropout(text, self.uncond, None if drop is None else drop[part])
+            with timer.timed("forward_backward"), parallel.gradient_sync(self.model, i == accum - 1):
+                loss = self.objective(latents, text, noise[part], timesteps[part]) / accum
+                loss.backward()
+            total += loss.detach().float()
         lr = lr_at(self.step, cfg.lr or 1e-4, cfg.warmup_steps or 0)
-        with timer.timed("forward_backward"):
-            autocast = self.bf16 and cfg.strategy == "ddp"  # FSDP2 casts via its MixedPrecisionPolicy
-            with torch.autocast("cuda", torch.bfloat16, enabled=autocast):
-                pred = self.model(noisy, timesteps, encoder_hidden_states=text).sample
-            loss = self.schedule.loss(pred, target, timesteps, cfg.snr_gamma)
-            loss.backward()
         with timer.timed("optimizer"):
             norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
             for group in self.optimizer.param_groups:
@@ -132,11 +158,18 @@ class Worker:
             self.ema.update(parallel.named_params(self.model), ema_decay_at(self.step, cfg.ema_decay or 0.0))
         self.step += 1
         # On the training device: NCCL reduces CUDA tensors only.
-        stats = torch.stack([loss.detach().float(), _full(norm).detach().float().to(self.device)])
+        return torch.stack([total, _full(norm).detach().float().to(self.device)]), lr
+
+    def mean_over_ranks(self, stats: torch.Tensor) -> torch.Tensor:
         if dist.is_initialized():
             dist.all_reduce(stats)
             stats /= self.world
-        loss_mean, norm_mean = stats.tolist()
+        return stats
+
+    def train_step(self, batch: dict[str, torch.Tensor], timer: metrics.Timer) -> dict[str, float]:
+        """One step, read back at once (a host sync): for benchmarks and tests; the loop batches read-backs."""
+        stats, lr = self.step_on_device(batch, timer)
+        loss_mean, norm_mean = self.mean_over_ranks(stats).tolist()
         return {"loss": loss_mean, "grad_norm": norm_mean, "lr": lr}
 
     def save(self, extra: dict[str, Any]) -> None:
@@ -163,6 +196,7 @@ class Worker:
             return None
         with ckpt.as_directory() as d:
             state = checkpoint.load(Path(d), self.model, self.optimizer, self.ema)
+        optim.reapply(self.optimizer, self.cfg.optimizer, self.device.type)  # --optimizer wins over the saved flags
         self.step = int(state["step"])
         return state
 
@@ -191,6 +225,8 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
     """Ray Train entry point; `config` carries the TrainConfig, components and paths as JSON."""
     import ray.train
 
+    from sd_reference.validation import Evaluation, worker_rows
+
     metrics.setup()
     cfg = TrainConfig(**config["train"])
     spec = ComponentsSpec.from_json(config["components"])
@@ -201,27 +237,33 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
         worker = Worker(cfg, spec, config.get("uncond_path"), ctx.get_world_rank(), ctx.get_world_size(),
                         ctx.get_local_rank())
     log = JsonLog(config["log_path"] if worker.rank == 0 else None)
-    steps, bsz = int(cfg.steps or 1), int(cfg.batch_size or 1)
+    steps, rows = int(cfg.steps or 1), cfg.rows_per_step()
 
     with metrics.span("sd.train.restore", attrs):
         restored = worker.restore()
+    reporter = StepReporter(worker, log.write, counted=worker.rank == 0)
     if restored is not None:
         fp = worker.state_fingerprint() if cfg.fingerprint else None
         log.write({"event": "resume", "step": worker.step, "fingerprint": fp})
     else:
-        log.write({"event": "start", "step": 0, "world_size": worker.world, "strategy": cfg.strategy})
+        log.write({"event": "start", "step": 0, "world_size": worker.world, "strategy": cfg.strategy,
+                   **reporter.start_fields()})
 
     columns = ["pixels", "input_ids"] if cfg.online else ["latents", "text_emb"]
     shard = ray.train.get_dataset_shard("train")
-    last: dict[str, float] = {}
+    evaluation = None
+    if cfg.val_every or cfg.sample_every:
+        evaluation = Evaluation(worker, worker_rows(config.get("val_rows")), str(run_dir))
+    sync = device.synchronizer(worker.device) if cfg.sync_timings else None
+    last: dict[str, Any] = {}
     while worker.step < steps:
         batches = 0
-        timer = metrics.Timer("sd.train", attrs)
-        t0 = time.perf_counter()
+        timer = metrics.Timer("sd.train", attrs, sync)
         iterator = shard.iter_torch_batches(
-            batch_size=bsz, drop_last=True, local_shuffle_buffer_size=cfg.shuffle_buffer or None,
+            batch_size=rows, drop_last=True, local_shuffle_buffer_size=cfg.shuffle_buffer or None,
             local_shuffle_seed=cfg.seed + worker.step,
         )
+        reporter.start_step()
         with timer.timed("data_wait"):
             batch = next(iter_ := iter(iterator), None)
         while batch is not None and worker.step < steps:
@@ -230,28 +272,29 @@ def train_loop_per_worker(config: dict[str, Any]) -> None:
             if cfg.breakpoint_at_step == worker.step + 1 and worker.rank == 0:
                 breakpoint()  # with RAY_DEBUG=1, raydbg pauses this Train worker for an attach
             with metrics.span("sd.train.step", {**attrs, "train.step": worker.step + 1}):
-                last = worker.train_step({c: batch[c] for c in columns}, timer)
-            step_time = time.perf_counter() - t0
-            images_per_s = bsz * worker.world / step_time
-            metrics.histogram("sd.train.step.duration", step_time)
-            metrics.histogram("sd.train.loss", last["loss"])
-            metrics.histogram("sd.train.images_per_second", images_per_s)
-            log.write({"step": worker.step, **last, "images_per_s": round(images_per_s, 3), "step_s": round(step_time, 4),
-                       "timings": {k: round(v, 4) for k, v in timer.seconds.items()}})
-            if worker.step % cfg.checkpoint_every == 0 or worker.step == steps:
+                stats, lr = worker.step_on_device({c: batch[c] for c in columns}, timer)
+            reporter.add(worker.step, stats, lr, timer.seconds)
+            checkpoint_due = worker.step % cfg.checkpoint_every == 0 or worker.step == steps
+            evaluation_due = evaluation is not None and evaluation.due(worker.step)
+            if len(reporter.window) >= cfg.log_every or checkpoint_due or evaluation_due:
+                last = reporter.flush() or last
+            if evaluation is not None and evaluation_due:
+                log.write(evaluation.run(worker.step))
+            if checkpoint_due:
                 with timer.timed("checkpoint"):
                     fp = worker.state_fingerprint() if cfg.fingerprint else None
                     worker.save({"loss": last["loss"], "fingerprint": fp})
                 log.write({"event": "checkpoint", "step": worker.step, "fingerprint": fp,
                            "seconds": round(timer.seconds["checkpoint"], 3)})
-            timer = metrics.Timer("sd.train", attrs)
-            t0 = time.perf_counter()
+            timer = metrics.Timer("sd.train", attrs, sync)
             if worker.step < steps:
+                reporter.start_step()
                 with timer.timed("data_wait"):
                     batch = next(iter_, None)
         if batches == 0:
             raise RuntimeError(
-                f"the dataset gave no batch of {bsz} per worker: it needs at least "
-                f"{bsz * worker.world} rows for {worker.world} workers (lower --batch-size)"
+                f"the dataset gave no batch of {rows} per worker: it needs at least "
+                f"{rows * worker.world} rows for {worker.world} workers (lower --batch-size or --grad-accum)"
             )
+    last = reporter.flush() or last
     log.write({"event": "end", "step": worker.step, "loss": last.get("loss")})

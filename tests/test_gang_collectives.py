@@ -1,6 +1,8 @@
-"""Which collective each rank is in: views of Flight Recorder dumps and the run's first disagreement.
+"""Which collective each rank is in: views of Flight Recorder dumps, merged by the wait-for graph.
 
 Synthetic dumps in the format torch 2.13 writes, and real ones from three gloo processes.
+The graph itself (many shapes) is tests/test_gang_wait_for.py; real training shapes against
+torch's own analyzer, tests/test_gang_wait_for_oracle.py.
 """
 
 from __future__ import annotations
@@ -15,66 +17,94 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg.gang import collectives
+from raydbg.gang import collectives, wait_for
 
 NOW = 1_000_000 * 10**9
 
 
 def entry(seq: int, op: str = "all_reduce", retired: bool = True, sizes: list[list[int]] | None = None,
-          group: str = "default_pg", age_s: float = 1.0) -> dict[str, Any]:
+          group: str = "0", desc: str = "default_pg", age_s: float = 1.0) -> dict[str, Any]:
     return {"collective_seq_id": seq, "profiling_name": f"gloo:{op}", "input_sizes": sizes or [[4]],
             "input_dtypes": ["Float"], "is_p2p": False, "p2p_seq_id": 0, "pg_id": 0,
-            "process_group": ["0", group], "retired": retired, "state": "scheduled",
+            "process_group": [group, desc], "retired": retired, "state": "scheduled",
             "time_created_ns": NOW - int(age_s * 1e9)}
+
+
+def p2p_entry(seq: int, name: str, state: str = "started", group: str = "5") -> dict[str, Any]:
+    """NCCL's recorder: `nccl:send 0->1` (group ranks), `nccl:recv 1<-0`."""
+    return {"collective_seq_id": 0, "p2p_seq_id": seq, "profiling_name": f"nccl:{name}", "input_sizes": [[8]],
+            "input_dtypes": ["Float"], "is_p2p": True, "pg_id": 3, "process_group": [group, "pp"],
+            "retired": False, "state": state, "time_created_ns": NOW - 2 * 10**9}
 
 
 def dump(*entries: dict[str, Any]) -> dict[str, Any]:
     return {"entries": list(entries), "version": "2.10", "pg_config": {}, "pg_status": {}}
 
 
+def culprits(views: dict[int, dict[str, Any]]) -> list[int]:
+    return list(wait_for.analyze({r: {"collectives": v} for r, v in views.items()})["culprits"])
+
+
 def test_rank_view_last_started_and_completed() -> None:
     view = collectives.rank_view(dump(entry(1), entry(2, age_s=3.5, retired=False)), NOW)
-    g = view["default_pg"]
+    g = view["0"]
+    assert g["desc"] == "default_pg"
     assert (g["started"]["seq"], g["started"]["op"], g["started"]["since_s"]) == (2, "all_reduce", 3.5)
     assert g["completed"]["seq"] == 1 and [b["seq"] for b in g["recent"]] == [1, 2]
+
+
+def test_groups_are_told_apart_by_name_not_by_description() -> None:
+    """gloo names every subgroup `undefined`, a DeviceMesh dimension's groups share one description."""
+    view = collectives.rank_view(dump(entry(1, group="1", desc="undefined"), entry(1, group="2", desc="undefined"),
+                                      entry(2, group="2", desc="undefined", retired=False)), NOW)
+    assert sorted(view) == ["1", "2"] and view["2"]["started"]["seq"] == 2 and view["1"]["started"]["seq"] == 1
+
+
+def test_nccls_pending_point_to_point_entries_are_kept_with_their_peer() -> None:
+    view = collectives.rank_view(dump(entry(1), p2p_entry(1, "send 0->1", state="completed"),
+                                      p2p_entry(2, "recv 0<-1")), NOW)
+    assert view["5"]["started"]["seq"] == 0  # no collective in that group: only send/recv
+    assert [(p["op"], p["peer"], p["seq"]) for p in view["5"]["p2p"]] == [("recv", 1, 2)]  # the done send left out
+    assert "p2p" not in view["0"]
 
 
 def test_the_rank_behind_is_named_with_the_collective_the_others_wait_in() -> None:
     views = {r: collectives.rank_view(dump(entry(1), entry(2, retired=False)), NOW) for r in (0, 1, 3)}
     views[2] = collectives.rank_view(dump(entry(1)), NOW)
-    (found,) = collectives.disagreement(views)
-    assert (found["kind"], found["seq"], found["behind"], found["waiting"]) == ("not_reached", 2, [2], [0, 1, 3])
-    assert found["collective"]["op"] == "all_reduce"
-    assert collectives.culprits([found]) == [2]
-    assert collectives.describe(found) == ("rank(s) 2 have not reached all_reduce #2 of group default_pg "
-                                           "(rank(s) 0, 1, 3 wait in it)")
+    found = wait_for.analyze({r: {"collectives": v} for r, v in views.items()})
+    (hop,) = found["waits"]
+    assert (hop["kind"], hop["seq"], hop["op"], hop["ranks"], hop["on"]) == ("collective", 2, "all_reduce", [0, 1, 3], [2])
+    assert found["culprits"] == [2]
+    assert wait_for.chain(found, lambda r: None) == ["ranks 0,1,3 wait in all_reduce #2 (world) for 2", "rank 2: no stacks"]
 
 
 def test_a_rank_in_the_group_with_no_collective_yet_is_behind_in_the_world_group() -> None:
     views = {r: collectives.rank_view(dump(entry(1, retired=False)), NOW) for r in (0, 2)}
     views[1] = collectives.rank_view(dump(), NOW)  # stuck before its first collective
     assert views[1] == {}
-    (found,) = collectives.disagreement(views)
-    assert (found["seq"], found["behind"], found["waiting"]) == (1, [1], [0, 2])
+    assert culprits(views) == [1]
 
 
 def test_agreeing_ranks_and_groups_apart() -> None:
-    same = {r: collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp")), NOW) for r in range(4)}
-    assert collectives.disagreement(same) == []
-    # Only the "tp" group disagrees: rank 3 is behind there.
+    same = {r: collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp", desc="tp")), NOW) for r in range(4)}
+    assert wait_for.analyze({r: {"collectives": v} for r, v in same.items()})["waits"] == []
+    # Only the "tp" group disagrees: ranks 1 and 2 are behind there.
     same[3] = collectives.rank_view(dump(entry(1), entry(2)), NOW)
-    same[0] = collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp"), entry(2, group="tp")), NOW)
-    found = collectives.disagreement(same)
-    assert [(d["group"], d["seq"], d["behind"]) for d in found] == [("tp", 2, [1, 2])]
+    same[0] = collectives.rank_view(dump(entry(1), entry(2), entry(1, group="tp", desc="tp"),
+                                         entry(2, group="tp", desc="tp", retired=False)), NOW)
+    found = wait_for.analyze({r: {"collectives": v} for r, v in same.items()})
+    assert [(h["group"], h["seq"], h["ranks"], h["on"]) for h in found["waits"]] == [("tp", 2, [0], [1, 2])]
 
 
 def test_mismatched_collective_at_the_same_sequence_id() -> None:
     views = {r: collectives.rank_view(dump(entry(1), entry(2, retired=False)), NOW) for r in (0, 1, 2)}
     views[1] = collectives.rank_view(dump(entry(1), entry(2, op="broadcast", retired=False)), NOW)
-    (found,) = collectives.disagreement(views)
-    assert (found["kind"], found["seq"], found["behind"], found["waiting"]) == ("mismatch", 2, [1], [0, 2])
+    found = wait_for.analyze({r: {"collectives": v} for r, v in views.items()})
+    (hop,) = found["waits"]
+    assert (hop["kind"], hop["seq"], hop["ranks"], hop["on"]) == ("mismatch", 2, [0, 2], [1])
+    assert found["culprits"] == [1] and found["mismatches"][0]["odd"] == [1]
     views[1] = collectives.rank_view(dump(entry(1), entry(2, sizes=[[8]], retired=False)), NOW)
-    assert collectives.disagreement(views)[0]["behind"] == [1]  # same op, other sizes
+    assert culprits(views) == [1]  # same op, other sizes
 
 
 def _free_port() -> int:
@@ -118,10 +148,11 @@ def test_real_gloo_ranks_one_skips_a_collective(tmp_path: Path) -> None:
             p.kill()
     now = time.time_ns()
     views = {r: collectives.rank_view(json.loads((tmp_path / f"rank{r}.json").read_text()), now) for r in range(3)}
-    (found,) = collectives.disagreement(views)
-    assert (found["behind"], found["seq"], found["collective"]["op"]) == ([2], 2, "all_reduce")
-    assert found["waiting"] == [0, 1]  # entered, not completed: gloo's entries stay `scheduled`
-    assert views[2]["default_pg"]["completed"]["seq"] == 1
+    found = wait_for.analyze({r: {"collectives": v} for r, v in views.items()})
+    (hop,) = found["waits"]
+    assert (hop["on"], hop["seq"], hop["op"]) == ([2], 2, "all_reduce")
+    assert hop["ranks"] == [0, 1]  # entered, not completed: gloo's entries stay `scheduled`
+    assert found["culprits"] == [2] and views[2]["0"]["completed"]["seq"] == 1
 
 
 LISTENING_RANK = textwrap.dedent("""
@@ -162,6 +193,8 @@ def test_a_ranks_stacks_thread_answers_with_its_collectives(tmp_path: Path) -> N
     finally:
         proc.kill()
         proc.wait()
-    g = snap["collectives"]["default_pg"]
+    g = snap["collectives"]["0"]
+    assert snap["process_groups"] == {"0": {"desc": "default_pg", "ranks": [0]}}  # its own table
+    assert snap["p2p_waits"] == []
     assert (g["started"]["seq"], g["started"]["op"], g["started"]["sizes"]) == (2, "broadcast", [[3]])
     assert g["completed"]["seq"] == 2 and [b["op"] for b in g["recent"]] == ["all_reduce", "broadcast"]

@@ -149,3 +149,31 @@ def test_resume_fsdp2_run_online_with_ddp(fsdp_run: Path, work: Path) -> None:
     assert all("encode" in r["timings"] and np.isfinite(r["loss"]) for r in steps)
     final = json.loads((fsdp_run / "step_00000010" / "train_state.json").read_text())
     assert final["step"] == 10 and final["strategy"] == "ddp"
+
+
+def test_training_features_in_a_ray_train_run(latents: Path, work: Path) -> None:
+    """2 FSDP2 workers with accumulation, checkpointing, foreach AdamW, read-back every 3 steps,
+    synced timings, validation loss and a sample grid at step 4."""
+    run = work / "runs" / "features"
+    argv = ["--no-progress", "train", "--data", str(latents), "--storage-path", str(work / "runs"), "--name", "features",
+            "--workers", "2", "--steps", "5", "--batch-size", "2", "--grad-accum", "2", "--grad-checkpointing",
+            "--optimizer", "foreach", "--log-every", "3", "--sync-timings", "--val-every", "4", "--val-rows", "8",
+            "--sample-every", "4", "--checkpoint-every", "5", "--no-export"]
+    assert main(argv) == 0
+    log = _log(run)
+    start = log[0]
+    assert start["event"] == "start" and start["optimizer"] == "foreach" and start["device"] == "cpu"
+    assert start["grad_accum"] == 2 and start["grad_checkpointing"] is True and start["train_flops_per_image"] > 0
+    steps = [r for r in log if "loss" in r and not r.get("event")]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
+    assert all(np.isfinite(r["loss"]) and r["mfu"] is None and r["peak_mem_gib"] is None for r in steps)
+    # Steps 1-3 were read back together (--log-every 3): one window, one throughput figure.
+    assert steps[0]["images_per_s"] == steps[1]["images_per_s"] == steps[2]["images_per_s"]
+    assert all(set(r["timings"]) >= {"data_wait", "forward_backward", "optimizer"} for r in steps)
+    validation = [r for r in log if r.get("event") == "validation"]
+    assert [r["step"] for r in validation] == [4] and np.isfinite(validation[0]["val_loss"])
+    order = [(r.get("event"), r["step"]) for r in log]
+    assert order.index((None, 4)) < order.index(("validation", 4))  # step 4's record, then its evaluation
+    grid = run / "samples" / "step_00000004.png"
+    assert validation[0]["grid"] == str(grid) and Image.open(grid).size == (128, 128)  # 4 prompts, 2x2 of 64 px
+    assert json.loads((run / "step_00000005" / "train_state.json").read_text())["step"] == 5

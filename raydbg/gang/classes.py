@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from raydbg.gang import collectives
+from raydbg.gang import wait_for
 from raydbg.gang.frames import collective_frame, paused_at, short_name, summary, user_frames
 
 Worker = dict[str, Any]
@@ -146,29 +146,23 @@ def runs(workers: Sequence[Worker], progress: Mapping[Any, float] | None = None,
                 "session_ids": list(w.get("session_ids") or []),
                 "class_id": cid,
                 "last_progress_s": None if ts is None else max(0.0, now - ts),
-                "collectives": _last_collectives(w.get("collectives")),
             })
         sizes = [int(w["world_size"]) for w in members if w.get("world_size")]
-        views = {int(w["world_rank"]): w["collectives"] for w in members if w.get("collectives") is not None}
-        disagree = collectives.disagreement(views)
+        size = max(sizes) if sizes else len(members)
+        # Who waits for whom over every group and send/recv pair (Flight Recorder, the ranks'
+        # group tables and send/recv frames): the culprits are the roots, cycles deadlocks.
+        graph = wait_for.run_fields(members, size, lambda w: summary((main_thread(w) or {}).get("frames") or [],
+                                                                     paused=worker_paused(w)))
+        for r, w in zip(ranks, members, strict=True):
+            r["collectives"] = wait_for.rank_collectives(w.get("collectives"), graph["groups"])
         out.append({
             "run": run,
             "job_id": job_id,
-            "world_size": max(sizes) if sizes else len(members),
+            "world_size": size,
             "ranks": ranks,
             "held_by": paused,
             "waiting": waiting,
             "not_waiting": not_waiting,
-            # From Flight Recorder (ranks without it left out): where the ranks disagree, who is behind.
-            "collectives_seen": sorted(views),
-            "disagreement": disagree,
-            "culprits": collectives.culprits(disagree),
+            **graph,
         })
     return out
-
-
-def _last_collectives(view: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A rank's last started and completed collective per group (its view less the recent list)."""
-    if view is None:
-        return None
-    return {group: {"started": g.get("started"), "completed": g.get("completed")} for group, g in view.items()}

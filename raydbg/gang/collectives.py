@@ -1,16 +1,18 @@
-"""Which collective each rank is in (pure): Flight Recorder dumps -> per-rank views -> the run's first disagreement.
+"""Which collective each rank is in (pure): a Flight Recorder dump -> the rank's small per-group view.
 
 A rank's view (`rank_view`, computed inside the rank from torch's Flight Recorder dump,
-so that only a few hundred bytes travel) has, per process group, the last collective it
-started (entered) and the last one completed, with op, sizes and age, and its newest
-entries. With gloo every entry stays `scheduled` and is `retired` once done, so
-completion is read from `retired`; with NCCL from `state == "completed"` as well.
-Ordering is by `collective_seq_id`, which every member of a group counts the same way.
+so that only a few hundred bytes travel) has, per process group, the group's description,
+the last collective it started (entered) and the last one completed, with op, sizes and
+age, its newest entries, and (NCCL, whose recorder keeps them) its point-to-point ops not
+completed yet, with their peer. With gloo every entry stays `scheduled` and is `retired`
+once done, so completion is read from `retired`; with NCCL from `state == "completed"` as
+well. Ordering is by `collective_seq_id`, which every member of a group counts the same way.
 
-`disagreement` merges the views of a run: per group, the first sequence id that not every
-member has started, the ranks that have not (the culprits the others wait for), the
-collective the others wait in; or, where all have started the same id, the ranks whose op
-or sizes differ there (a mismatched collective, which hangs just the same).
+Groups are keyed by their name (the first field of an entry's `process_group`: "0" for
+the world group, then one per group made, the same on every member), not by their
+description: gloo's subgroups are all "undefined" and each DeviceMesh dimension's groups
+share one ("mesh_shard"), so descriptions do not tell groups apart. The gateway merges
+the views into the run's wait-for graph (raydbg/gang/wait_for.py).
 """
 
 from __future__ import annotations
@@ -19,8 +21,12 @@ from collections.abc import Mapping
 from typing import Any
 
 RECENT = 8  # entries per group kept in a view: enough to name what the waiting ranks are in
-WORLD_GROUP = "default_pg"  # torch's name for the group of every rank
-NOT_STARTED: dict[str, Any] = {"started": {"seq": 0, "op": None, "sizes": None}, "completed": None, "recent": []}
+WORLD_DESC = "default_pg"  # torch's description of the group of every rank
+
+
+def not_started() -> dict[str, Any]:
+    """A group's view where the rank has started no collective (only point-to-point ops)."""
+    return {"started": {"seq": 0, "op": None, "sizes": None}, "completed": None, "recent": []}
 
 
 def _op(entry: Mapping[str, Any]) -> str:
@@ -37,9 +43,32 @@ def _brief(entry: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
 
 def _group_name(entry: Mapping[str, Any]) -> str:
     pg = entry.get("process_group")
-    if isinstance(pg, list | tuple) and pg:
-        return str(pg[1] if len(pg) > 1 and pg[1] else pg[0])
+    if isinstance(pg, list | tuple) and pg and pg[0] not in (None, ""):
+        return str(pg[0])
     return str(entry.get("pg_id", ""))
+
+
+def _group_desc(entry: Mapping[str, Any]) -> str | None:
+    pg = entry.get("process_group")
+    return str(pg[1]) if isinstance(pg, list | tuple) and len(pg) > 1 and pg[1] else None
+
+
+def _p2p(entry: Mapping[str, Any], now_ns: int) -> dict[str, Any] | None:
+    """A point-to-point entry (NCCL: "nccl:send 0->1", "nccl:recv 1<-0", ranks of the group)
+    as {seq, op, peer (a group rank), sizes, since_s}."""
+    parts = _op(entry).split(" ")
+    try:
+        if parts[0] == "send" and len(parts) == 2:
+            peer = int(parts[1].split("->")[1])
+        elif parts[0] == "recv" and len(parts) == 2:
+            peer = int(parts[1].split("<-")[1])
+        else:
+            return None
+    except (IndexError, ValueError):
+        return None
+    brief = _brief(entry, now_ns)
+    return {"seq": int(entry.get("p2p_seq_id") or 0), "op": parts[0], "peer": peer, "sizes": brief["sizes"],
+            "since_s": brief["since_s"]}
 
 
 def _done(entry: Mapping[str, Any]) -> bool:
@@ -47,84 +76,26 @@ def _done(entry: Mapping[str, Any]) -> bool:
 
 
 def rank_view(dump: Mapping[str, Any], now_ns: int) -> dict[str, Any]:
-    """{group name: {"started": brief, "completed": brief|None, "recent": [brief]}} of one rank."""
+    """{group name: {"desc", "started": brief, "completed": brief|None, "recent": [brief], "p2p": [..]}}
+    of one rank ("p2p": its point-to-point ops not completed, only where there are some)."""
     by_group: dict[str, list[Mapping[str, Any]]] = {}
+    p2p: dict[str, list[Mapping[str, Any]]] = {}
     for e in dump.get("entries") or []:
-        if not e.get("is_p2p") and int(e.get("collective_seq_id") or 0) > 0:
+        if e.get("is_p2p"):
+            if not _done(e):
+                p2p.setdefault(_group_name(e), []).append(e)
+        elif int(e.get("collective_seq_id") or 0) > 0:
             by_group.setdefault(_group_name(e), []).append(e)
     out: dict[str, Any] = {}
     for name, entries in by_group.items():
         entries.sort(key=lambda e: int(e.get("collective_seq_id") or 0))
         completed = [e for e in entries if _done(e)]
-        out[name] = {"started": _brief(entries[-1], now_ns),
+        out[name] = {"desc": _group_desc(entries[-1]), "started": _brief(entries[-1], now_ns),
                      "completed": _brief(completed[-1], now_ns) if completed else None,
                      "recent": [_brief(e, now_ns) for e in entries[-RECENT:]]}
+    for name, entries in p2p.items():
+        pending = [b for b in (_p2p(e, now_ns) for e in entries[-RECENT:]) if b is not None]
+        if pending:
+            g = out.setdefault(name, {"desc": _group_desc(entries[-1]), **not_started()})
+            g["p2p"] = pending
     return out
-
-
-def _signature(brief: Mapping[str, Any]) -> tuple[str, str]:
-    return (str(brief.get("op")), repr(brief.get("sizes")))
-
-
-def disagreement(views: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per process group where the ranks of a run disagree: what, and who is behind.
-
-    `views`: world rank -> rank_view (an empty view: in a group, no collective yet; ranks with
-    no view are left out: Flight Recorder off there).
-    """
-    groups: dict[str, dict[int, Mapping[str, Any]]] = {}
-    for rank, view in views.items():
-        for name, g in view.items():
-            groups.setdefault(name, {})[rank] = g
-    world = groups.get(WORLD_GROUP)
-    if world is not None:  # every rank is in the world group: one with no entry there has started none
-        for rank in views:
-            world.setdefault(rank, NOT_STARTED)
-    out = []
-    for name, members in sorted(groups.items()):
-        started = {rank: int(g["started"]["seq"]) for rank, g in members.items()}
-        low, high = min(started.values()), max(started.values())
-        if low < high:
-            first = low + 1
-            ahead = sorted(r for r, s in started.items() if s >= first)
-            # What the ranks ahead entered at `first` (from their newest entries).
-            waited = next((b for r in ahead for b in [members[r]["started"], *(members[r].get("recent") or [])]
-                           if b["seq"] == first), None)
-            out.append({"group": name, "kind": "not_reached", "seq": first, "collective": waited,
-                        "behind": sorted(r for r, s in started.items() if s < first),
-                        "waiting": [r for r in ahead if _waits(members[r])],
-                        "ahead": ahead})
-            continue
-        sigs: dict[tuple[str, str], list[int]] = {}
-        for rank, g in members.items():
-            sigs.setdefault(_signature(g["started"]), []).append(rank)
-        if len(sigs) > 1:
-            majority = max(sigs.values(), key=len)
-            out.append({"group": name, "kind": "mismatch", "seq": high,
-                        "collective": members[majority[0]]["started"],
-                        "behind": sorted(r for rs in sigs.values() if rs is not majority for r in rs),
-                        "waiting": sorted(majority), "ahead": [],
-                        "ops": {f"{op} {sizes}": sorted(rs) for (op, sizes), rs in sigs.items()}})
-    return out
-
-
-def _waits(g: Mapping[str, Any]) -> bool:
-    """Started a collective that has not completed."""
-    done = g.get("completed")
-    return done is None or int(done["seq"]) < int(g["started"]["seq"])
-
-
-def culprits(found: list[dict[str, Any]]) -> list[int]:
-    """The ranks the others wait for, over every group."""
-    return sorted({r for d in found for r in d["behind"]})
-
-
-def describe(d: Mapping[str, Any]) -> str:
-    """One line: 'rank 2 has not reached all_reduce #2 of group default_pg (ranks 0, 1, 3 wait in it)'."""
-    c = d.get("collective") or {}
-    what = f"{c.get('op', 'collective')} #{d['seq']} of group {d['group']}"
-    behind = ", ".join(map(str, d["behind"]))
-    if d["kind"] == "mismatch":
-        return f"rank(s) {behind} entered a different collective than the others at {what}: {d.get('ops')}"
-    waiting = ", ".join(map(str, d["waiting"])) or "none"
-    return f"rank(s) {behind} have not reached {what} (rank(s) {waiting} wait in it)"

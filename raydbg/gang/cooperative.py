@@ -158,17 +158,19 @@ def uninstall() -> None:
 
 def snapshot(interrupted: Any = None, skip_self: bool = False) -> dict[str, Any]:
     """Every thread of this process (own_threads.threads: the arguments are its), and a
-    collective-running rank's Flight Recorder view: which collective it is in."""
+    collective-running rank's Flight Recorder view (which collective it is in), process
+    groups and send/recv peers (the wait-for graph's inputs)."""
     out: dict[str, Any] = {"pid": os.getpid(), "ts": time.time(), "threads": own_threads.threads(interrupted, skip_self)}
     train = ray_context.train_fields()  # a rank that never reported is still known by its rank
     if train.get("train_run") is not None:
         out["train"] = {label: train[field] for label, field in TRAIN_LABELS.items()}
     if "torch.distributed" in sys.modules:
-        from raydbg.gang.flight_recorder import local_view
+        from raydbg.gang.flight_recorder import local_groups, local_view
 
         view = local_view()
         if view is not None:
             out["collectives"] = view
+        out.update(local_groups())  # its groups' members, its threads' send/recv peers
     return out
 
 

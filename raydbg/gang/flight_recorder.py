@@ -4,69 +4,70 @@ Called by the worker's stacks thread (raydbg/gang/cooperative.py) when the agent
 stacks: if the process is in a torch.distributed group and Flight Recorder is on
 (raydbg turns it on in Train workers: raydbg/worker/train.py), its ring is dumped as JSON
 (torch 2.13: ~1 ms for 100 entries) and reduced to a small per-group view
-(raydbg/gang/collectives.py), which travels with the stacks. Torch is never imported
-here: a process that has not imported torch.distributed has no collectives.
+(raydbg/gang/collectives.py), which travels with the stacks. With it go the rank's own
+process-group table and the peers of its threads blocked in send/recv (`local_groups`),
+which the gateway's wait-for graph needs (raydbg/gang/wait_for.py). Torch is never
+imported here, and its private names are read only through raydbg/_torch_internals/:
+a process that has not imported torch.distributed has no collectives.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import time
 from typing import Any
 
+from raydbg import _torch_internals
 from raydbg.gang import collectives
-
-# The CPU (gloo) recorder, then NCCL's own (a separate ring in torch 2.13).
-_DUMPERS = ("_dump_fr_trace_json", "_dump_nccl_trace_json")
 
 
 def local_view() -> dict[str, Any] | None:
     """{group: {"started", "completed", "recent"}} of this process; None when it is in no torch
     group or Flight Recorder is off."""
     dist = sys.modules.get("torch.distributed")
-    c10d = sys.modules.get("torch._C._distributed_c10d")
-    if dist is None or c10d is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+    if dist is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
         return None
     try:
         if not dist.is_initialized():
             return None
-        entries: list[dict[str, Any]] = []
-        for name in _DUMPERS:
-            dump = getattr(c10d, name, None)
-            if dump is not None:
-                entries += json.loads(dump(True, True)).get("entries") or []
+        entries = _torch_internals.fr_entries()
     except Exception:
         return None  # a stack request never fails for want of collectives
+    if entries is None:
+        return None
     return collectives.rank_view({"entries": entries}, time.time_ns())  # {}: in a group, no collective yet
 
 
-
-# Without stack traces (the JSON dump's cost is mostly theirs: measured with 2,000 entries ~21 ms of
-# CPU against ~35 ms, and the first dump with them symbolizes every frame: over 1 s), pickled by
-# torch itself in this process: builtin types only.
-_ARRIVAL_DUMPERS = ("_dump_fr_trace", "_dump_nccl_trace")  # gloo's ring, then NCCL's
+def local_groups() -> dict[str, Any]:
+    """`process_groups` (this rank's groups: name -> desc and members) and `p2p_waits` (its
+    threads blocked in send/recv, with the peer), each only where known; {} outside torch groups."""
+    dist = sys.modules.get("torch.distributed")
+    out: dict[str, Any] = {}
+    try:
+        if dist is None or not dist.is_initialized():
+            return out
+        groups = _torch_internals.process_groups()
+        if groups is not None:
+            out["process_groups"] = groups
+        waits = _torch_internals.p2p_waits()
+        if waits is not None:
+            out["p2p_waits"] = waits
+    except Exception:
+        pass  # a stack request never fails for want of groups
+    return out
 
 
 def entries() -> list[dict[str, Any]] | None:
     """Every entry of this process's rings, completed collectives included and without their stacks:
     the arrival times of raydbg/gang/arrival_reader.py. None when the process is in no torch group
     or Flight Recorder is off."""
-    import pickle
-
     dist = sys.modules.get("torch.distributed")
-    c10d = sys.modules.get("torch._C._distributed_c10d")
-    if dist is None or c10d is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
+    if dist is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
         return None
     try:
         if not dist.is_initialized():
             return None
-        out: list[dict[str, Any]] = []
-        for name in _ARRIVAL_DUMPERS:
-            dump = getattr(c10d, name, None)
-            if dump is not None:
-                out += pickle.loads(dump(True, False, False)).get("entries") or []
+        return _torch_internals.fr_arrival_entries()
     except Exception:
         return None  # a reader never fails for want of collectives
-    return out

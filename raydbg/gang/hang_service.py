@@ -2,7 +2,9 @@
 
 For each run the decider (raydbg/gang/hang.py) calls hung, once: the run's stacks are
 taken (raydbg.gang.collect.cluster_stacks) and grouped into classes, and a `hang` event
-carries them (`raydbg events`, the TUI's events pane), with an OTel counter and span.
+carries them (`raydbg events`, the TUI's events pane), with an OTel counter and span,
+and the run's wait-for graph: the culprits with their stack class, and the chain of who
+waits for whom (one line per hop, the first ones in the message).
 For each rank raydbg/gang/stragglers.py finds slower than the others step after step, a
 `straggler` event carries the rank's figures and its stack class, sampled until the rank
 is alone in it (at its own work while the others wait). Nothing is stopped.
@@ -21,13 +23,14 @@ from aiohttp import web
 
 from raydbg import registry, telemetry
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, collectives, hang, stragglers
+from raydbg.gang import collect, hang, stragglers
 from raydbg.worker import resume
 
 log = logging.getLogger("raydbg.agent")
 
 HANGS = telemetry.counter("raydbg.gang.hangs", "{run}", "Runs that made no progress for RAYDBG_HANG_AFTER_S")
 STRAGGLERS = telemetry.counter("raydbg.gang.stragglers", "{rank}", "Ranks that worked longer than the others, step after step")
+MESSAGE_HOPS = 8  # lines of the wait-for chain in a hang event's message (its details have them all)
 STRAGGLER_SAMPLES = 20  # stack samples at most, to catch the straggler at its own work
 STRAGGLER_CHECK_S = 1.0  # a straggler is judged over its last steps: look often, it costs one merge
 
@@ -69,17 +72,18 @@ async def record(server: AgentServer, found: dict[str, Any]) -> dict[str, Any]:
         stacks = await stacks_for(server, found["job_id"], found.get("train_run"))
         HANGS.add(1, train="yes" if found.get("train_run") else "no")
         details = dict(found, **stacks, **culprits_of(stacks, found.get("train_run")))
-        text = hang.message(found) + "".join(f"; {collectives.describe(d)}" for d in details["disagreement"])
+        text = hang.message(found) + "".join(f"; {line}" for line in details["chain"][:MESSAGE_HOPS])
         event = await asyncio.to_thread(lambda: registry.record_event("hang", text, **details))
     log.warning("raydbg: %s", text)
     return dict(event)
 
 
 def culprits_of(stacks: dict[str, Any], train_run: str | None) -> dict[str, Any]:
-    """From the run's Flight Recorder reading: the ranks the others wait for, with their stack class."""
+    """From the run's wait-for graph (raydbg/gang/wait_for.py): who waits for whom, the
+    culprits (the roots) with their stack class, deadlocks, mismatches and the chain."""
     run = next((r for r in stacks.get("runs") or [] if train_run and r.get("run") == train_run), None)
     if run is None:
-        return {"disagreement": [], "culprits": []}
+        return {"waits": [], "culprits": [], "deadlocks": [], "mismatches": [], "chain": []}
     by_rank = {r["world_rank"]: r for r in run["ranks"]}
 
     def named(rank: int) -> dict[str, Any]:
@@ -87,7 +91,8 @@ def culprits_of(stacks: dict[str, Any], train_run: str | None) -> dict[str, Any]
         return {"world_rank": rank, "node_id": r.get("node_id"), "pid": r.get("pid"),
                 "stack_class": class_of(stacks, r.get("pid"))}
 
-    return {"disagreement": run["disagreement"], "culprits": [named(rank) for rank in run["culprits"]]}
+    return {"waits": run["waits"], "culprits": [named(rank) for rank in run["culprits"]],
+            "deadlocks": run["deadlocks"], "mismatches": run["mismatches"], "chain": run["chain"]}
 
 
 def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:

@@ -46,8 +46,9 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
         try:
             snap = await cooperative.ask_snapshot(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
             w["threads"], w["source"], w["cooperative_format"] = snap["threads"], "cooperative", "thread"
-            if snap.get("collectives") is not None:
-                w["collectives"] = snap["collectives"]
+            for key in ("collectives", "process_groups", "p2p_waits"):  # a rank's wait-for graph inputs
+                if snap.get(key) is not None:
+                    w[key] = snap[key]
             worker_labels.apply_labels(w, {k: v for k, v in (snap.get("train") or {}).items() if w.get(k) is None})
         except pyspy.StackError as exc:
             errors.append(str(exc))

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from raydbg.gang import classes, collectives, frames
+from raydbg.gang import classes, frames
 from raydbg.gang.ranks import rank_ranges
 from raydbg.telemetry.attempts import attempt_line
 
@@ -48,11 +48,12 @@ def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
     if run["waiting"] and run["not_waiting"]:
         lines.append(f"  in a collective: {_ranks(run['waiting'])}; not: {_ranks(run['not_waiting'])}"
                      " (the ones the others wait for)")
-    for d in run.get("disagreement") or []:
-        lines.append(f"  collectives: {collectives.describe(d)}")
+    if run.get("chain"):  # the wait-for graph, one hop a line, the culprits' place last
+        lines.append("  waits (Flight Recorder, process groups, send/recv):")
+        lines += [f"    {line}" for line in run["chain"]]
     for r in run["ranks"]:
         for group, g in sorted((r.get("collectives") or {}).items()):
-            lines.append(f"  rank {r['world_rank']} {group}: {_collective(g.get('started'), 'in')}, "
+            lines.append(f"  rank {r['world_rank']} {g.get('label') or group}: {_collective(g.get('started'), 'in')}, "
                          f"{_collective(g.get('completed'), 'done')}")
     ages = [r for r in run["ranks"] if r.get("last_progress_s") is not None]
     if ages:

@@ -2,12 +2,13 @@
 
 `g` on the main screen opens it. The top table lists what there is to look at (every
 Train run, every job; for a run, the ranks the others wait for by Flight Recorder);
-the middle one the chosen target's stack classes, odd ones first. Enter on a class
+under it, for a run where ranks wait, the wait-for chain (one hop a line, the culprits'
+place last); the middle one the chosen target's stack classes, odd ones first. Enter on a class
 attaches to a paused rank in it (the sessions pane's attach path: an AttachRequested
 message) or, when none is paused, shows its full stack. For a run, the bottom table
 has one row per rank: its state, the collective it is in, its recent step times
-(refreshed every STEPS_EVERY_S), stragglers marked. `p` on a class (its representative)
-or a rank pauses it (`raydbg pause`) and attaches; a rank blocked in C shows its
+(refreshed every STEPS_EVERY_S), stragglers marked. `p` on a class (its first member, by
+rank or pid: a class id changes as the stacks do) or a rank pauses it (`raydbg pause`) and attaches; a rank blocked in C shows its
 snapshot (frames and locals) instead, and Enter attaches once it is paused.
 """
 
@@ -93,10 +94,19 @@ def _in_collective(r: dict[str, Any]) -> str:
     parts = []
     for name, g in sorted(groups.items()):
         started, done = g.get("started") or {}, g.get("completed") or {}
-        waiting = started.get("seq") is not None and started.get("seq") != done.get("seq")
+        if not started.get("seq"):
+            continue  # a group it is in by send/recv only (NCCL), no collective there
+        waiting = started.get("seq") != done.get("seq")
+        label = g.get("label") or name  # "world", "group [2,3]" (raydbg/gang/wait_for.py)
         parts.append(f"{'in ' if waiting else 'after '}{started.get('op')} #{started.get('seq')}"
-                     + ("" if name == "default_pg" else f" ({name})"))
+                     + ("" if label in ("world", "default_pg") else f" ({label})"))
     return ", ".join(parts) or "none yet"
+
+
+def chain_text(run: dict[str, Any] | None) -> str:
+    """The run's wait-for chain, one hop a line (raydbg/gang/wait_for.py); '' when nobody waits."""
+    lines = (run or {}).get("chain") or []
+    return "\n".join(lines)
 
 
 def rank_rows(run: dict[str, Any] | None, steps: dict[str, Any] | None) -> list[tuple[str, tuple[str, ...]]]:
@@ -113,14 +123,33 @@ def rank_rows(run: dict[str, Any] | None, steps: dict[str, Any] | None) -> list[
     return rows
 
 
-def pause_target(table_id: str | None, key: str | None, run: tuple[str, str] | None) -> str | None:
-    """What `p` pauses: the highlighted class (its id stands for its first member) or rank (pure)."""
+def member_target(cls: dict[str, Any], workers: list[dict[str, Any]]) -> tuple[str, str | None] | None:
+    """A stack class's first member as `raydbg pause` names it, and its job (pure): `RUN:RANK` for a
+    Train rank, else `NODE:PID`. Never the class id, which changes as the stacks do."""
+    members = cls.get("members") or []
+    if not members:
+        return None
+    first = members[0]
+    worker = next((w for w in workers if (w.get("node_id"), w.get("pid")) == (first.get("node_id"), first.get("pid"))),
+                  {})
+    job = str(worker["job_id"]) if worker.get("job_id") else None
+    if first.get("world_rank") is not None and worker.get("train_run"):
+        return f"{worker['train_run']}:{first['world_rank']}", job
+    node = str(first.get("node_id") or "")
+    return (f"{node[:12]}:{first['pid']}" if len(node) >= 8 else str(first["pid"])), job
+
+
+def pause_target(table_id: str | None, key: str | None, run: tuple[str, str] | None,
+                 shown: list[dict[str, Any]], workers: list[dict[str, Any]]) -> tuple[str, str | None] | None:
+    """What `p` pauses, and in which job: the highlighted class's first member, read from the
+    class as shown when the key is pressed, or the highlighted rank (pure)."""
     if key is None:
         return None
     if table_id == "gang-classes":
-        return key
+        cls = next((c for c in shown if c["id"] == key), None)
+        return None if cls is None else member_target(cls, workers)
     if table_id == "gang-ranks" and run is not None and key.startswith("rank"):
-        return f"{run[1]}:{key[4:]}"
+        return f"{run[1]}:{key[4:]}", run[0]
     return None
 
 
@@ -139,6 +168,7 @@ class GangScreen(Screen[None]):
     #gang-targets { height: 1fr; border: round $primary; }
     #gang-classes { height: 2fr; border: round $primary; }
     #gang-ranks { height: 2fr; border: round $primary; }
+    #gang-chain { height: auto; max-height: 10; border: round $warning; padding: 0 1; display: none; }
     #gang-targets:focus, #gang-classes:focus, #gang-ranks:focus { border: round $accent; }
     """
     BINDINGS = [
@@ -159,6 +189,7 @@ class GangScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("gang view · taking stacks…", id="gang-status")
         yield RowTable(TARGET_COLUMNS, id="gang-targets")
+        yield Static("", id="gang-chain")
         yield RowTable(CLASS_COLUMNS, id="gang-classes")
         yield RowTable(RANK_COLUMNS, id="gang-ranks")
         yield Footer()
@@ -195,11 +226,17 @@ class GangScreen(Screen[None]):
     def show_ranks(self) -> None:
         target = self._run_target()
         table = self.query_one("#gang-ranks", RowTable)
+        chain = self.query_one("#gang-chain", Static)
         if target is None:
             table.set_rows([])
             set_border_title(table, "Ranks (pick a Train run)")
+            chain.display = False
             return
         run = next((r for r in self.answer.get("runs") or [] if (r["job_id"], r["run"]) == target), None)
+        text = chain_text(run)
+        chain.update(text)
+        chain.display = bool(text)
+        chain.border_title = "Who waits for whom (culprits last)"
         steps = next((r for r in self.steps.get("runs") or [] if (r["job_id"], r["train_run"]) == target), None)
         table.set_rows(rank_rows(run, steps))
         set_border_title(table, f"Ranks of run {target[1]}")
@@ -220,18 +257,20 @@ class GangScreen(Screen[None]):
     def action_pause(self) -> None:
         focused = self.focused
         table = focused if isinstance(focused, RowTable) else None
-        target = pause_target(table.id if table else None, table.cursor_key if table else None, self._run_target())
+        picked = pause_target(table.id if table else None, table.cursor_key if table else None, self._run_target(),
+                              self.shown, self.shown_workers)
         status = self.query_one("#gang-status", Static)
-        if target is None:
+        if picked is None:
             status.update("gang view · p pauses the highlighted stack class or rank: pick one first")
             return
+        target, job = picked
         status.update(f"gang view · pausing {target}…")
-        self.pause_worker(target, self._run_target())
+        self.pause_worker(target, job)
 
     @work(exclusive=True, group="pause")
-    async def pause_worker(self, target: str, run: tuple[str, str] | None) -> None:
+    async def pause_worker(self, target: str, job: str | None) -> None:
         try:
-            answer = await self.gateway.pause(target, job=run[0] if run else None)
+            answer = await self.gateway.pause(target, job=job)
         except Exception as exc:  # the gateway's one line (not ours, another user's, no such rank)
             self.post_message(PauseAnswered(target, None, str(exc)))
             return

@@ -212,22 +212,25 @@ def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp
     by_rank = {m["world_rank"]: cl for cl in classes for m in cl["members"]}
     assert not by_rank[2]["in_collective"] and "stuck_rank" in by_rank[2]["summary"], classes
     assert by_rank[0]["in_collective"] and by_rank[0]["id"] != by_rank[2]["id"], classes
-    # Flight Recorder: rank 2 has not reached the all_reduce the others are in; it is named.
-    (disagree,) = details["disagreement"]
-    assert (disagree["behind"], disagree["waiting"]) == ([2], [0, 1, 3]), disagree
-    assert disagree["collective"]["op"] == "all_reduce", disagree
+    # The wait-for graph (Flight Recorder): ranks 0, 1, 3 wait in the world's all_reduce for
+    # rank 2, which has not reached it; rank 2 is named, with where it is.
+    (hop,) = details["waits"]
+    assert (hop["ranks"], hop["on"], hop["kind"], hop["op"], hop["group_label"]) == (
+        [0, 1, 3], [2], "collective", "all_reduce", "world"), hop
     assert [(c["world_rank"], "stuck_rank" in c["stack_class"]["summary"]) for c in details["culprits"]] == [(2, True)]
-    assert f"rank(s) 2 have not reached all_reduce #{disagree['seq']}" in events[0]["message"], events[0]["message"]
+    where = details["culprits"][0]["stack_class"]["summary"]
+    assert details["chain"] == [f"ranks 0,1,3 wait in all_reduce #{hop['seq']} (world) for 2", f"rank 2 is in {where}"]
+    assert f"; ranks 0,1,3 wait in all_reduce #{hop['seq']} (world) for 2; rank 2 is in {where}" in events[0]["message"]
     # The gang report says the same, per rank: the last collective each started.
     report = json.loads(c.cli("stacks", "--run", "gang-stuck", "--json", timeout=90).stdout)
     (run,) = report["runs"]
     assert run["culprits"] == [2] and run["collectives_seen"] == [0, 1, 2, 3], run
-    # (a rank that has started no collective yet has no entry: 0)
-    started = {r["world_rank"]: (r["collectives"].get("default_pg") or {"started": {"seq": 0}})["started"]["seq"]
+    # (a rank that has started no collective yet has no entry: 0; "0" is torch's name of the world group)
+    started = {r["world_rank"]: (r["collectives"].get("0") or {"started": {"seq": 0}})["started"]["seq"]
                for r in run["ranks"]}
-    assert started[2] == disagree["seq"] - 1 and {started[r] for r in (0, 1, 3)} == {disagree["seq"]}, started
+    assert started[2] == hop["seq"] - 1 and {started[r] for r in (0, 1, 3)} == {hop["seq"]}, started
     text = c.cli("stacks", "--run", "gang-stuck", timeout=90).stdout
-    assert "collectives: rank(s) 2 have not reached all_reduce" in text, text
+    assert f"\n    ranks 0,1,3 wait in all_reduce #{hop['seq']} (world) for 2\n" in text, text
     jobs = _wait_events(lambda: _job_hang_events(gw, job), timeout=60)  # the task's, as a job's
     assert len(jobs) == 1, jobs
     assert [(r["world_rank"], r["step"]) for r in jobs[0]["details"]["ranks"]] == [(None, 1)]

@@ -2,7 +2,8 @@
  * The Ray view's Train run nodes: a run with paused ranks (its sessions, the ranks they
  * hold) and a running one (found by the gateway's steps), each rank that is not paused
  * with its state, the collective it is in, its step times and a straggler mark, and a
- * pauseTarget for `Pause and attach`. Plain data, like treeModel.
+ * pauseTarget for `Pause and attach`; first, where ranks wait, who waits for whom (the
+ * wait-for chain, one hop a line). Plain data, like treeModel.
  */
 import { SessionRecord } from "./records";
 import { RunRef, runKey } from "./runStacks";
@@ -69,7 +70,7 @@ function rankTooltip(f: RankFacts, run: string, factor: number | null): string[]
   if (st) lines.push(`state: ${stateText(st)}`);
   if (st?.summary) lines.push(`stack: ${st.summary}`);
   if (st?.collective) lines.push(`collectives (Flight Recorder): ${st.collective}`);
-  if (f.behind) lines.push("behind: the other ranks wait for it in a collective it has not started");
+  if (f.behind) lines.push("behind: the other ranks wait for it, and it waits for nobody (the wait-for graph's culprit)");
   if (steps) {
     if (steps.step !== null) lines.push(`step ${steps.step}`);
     lines.push(`median per step: work ${seconds(steps.busy_median_s)}, wait in collectives ${seconds(steps.wait_median_s)}`);
@@ -99,6 +100,37 @@ function rankItem(runId: string, cluster: string, ref: RunRef, f: RankFacts, by:
     icon: f.steps?.straggler ? "warning" : held ? "watch" : "pulse",
     cluster,
     pauseTarget: { cluster, job: ref.job === "unknown" ? null : ref.job, run: ref.run, rank: f.rank },
+  };
+}
+
+/**
+ * The run's wait-for chain as one node, one child a hop ("ranks 0,1 wait in all_reduce #5
+ * (world) for 2,3"), the culprits' place last; none when nobody waits.
+ */
+export function waitsItem(runId: string, cluster: string, stacks: RunStacks | undefined): ViewItem | null {
+  const chain = stacks?.chain ?? [];
+  if (chain.length === 0) return null;
+  const deadlocks = stacks?.deadlocks ?? [];
+  const culprits = stacks?.culprits ?? [];
+  const verdict = deadlocks.length > 0
+    ? `deadlock: ${deadlocks.map((d) => [...d, d[0]].join(" → ")).join("; ")}`
+    : culprits.length > 0 ? `culprit${culprits.length === 1 ? "" : "s"}: ${ranksText(culprits)}` : "";
+  return {
+    id: `${runId}/waits`,
+    label: "who waits for whom",
+    description: verdict || undefined,
+    tooltip: ["Who waits for whom (Flight Recorder, process groups, send/recv), one hop a line:", ...chain].join("\n"),
+    contextValue: CTX.info,
+    icon: deadlocks.length > 0 ? "warning" : "type-hierarchy",
+    children: chain.map((line, i) => ({
+      id: `${runId}/waits/${i}`,
+      label: line,
+      tooltip: line,
+      contextValue: CTX.info,
+      icon: line.startsWith("deadlock") ? "warning" : i >= chain.length - culprits.length ? "debug-stackframe" : "arrow-right",
+      cluster,
+    })),
+    cluster,
   };
 }
 
@@ -151,9 +183,11 @@ export function runItem(cluster: string, g: RunGroup, stacks: RunStacks | undefi
     ranked.push([f.rank, rankItem(runId, cluster, g.ref, f, held ? by : null, steps?.factor ?? null)]);
   }
   ranked.sort((a, b) => a[0] - b[0]);
-  const children = [...ranked.map(([, item]) => item), ...unranked.map((s) => sessionItem(cluster, s, now))];
+  const waits = waitsItem(runId, cluster, stacks);
+  const children = [...(waits ? [waits] : []), ...ranked.map(([, item]) => item), ...unranked.map((s) => sessionItem(cluster, s, now))];
   const stragglers = steps?.stragglers ?? [];
-  const slow = stragglers.length > 0 ? ` · straggler${stragglers.length === 1 ? "" : "s"}: ${ranksText(stragglers)}` : "";
+  const slow = (stragglers.length > 0 ? ` · straggler${stragglers.length === 1 ? "" : "s"}: ${ranksText(stragglers)}` : "")
+    + (waits?.description ? ` · ${waits.description}` : "");
   if (g.sessions.length === 0) return runningRunItem(runId, cluster, g.ref, children, stacks, slow);
   const sizes = g.sessions.map((s) => s.train_world_size).filter((n): n is number => n !== null);
   const world = sizes.length > 0 ? Math.max(...sizes) : (stacks?.world_size ?? null);
@@ -175,7 +209,7 @@ export function runItem(cluster: string, g: RunGroup, stacks: RunStacks | undefi
 
 /** A run with nothing paused: collapsed; expanding it asks for its ranks' stacks. */
 function runningRunItem(runId: string, cluster: string, ref: RunRef, children: ViewItem[], stacks: RunStacks | undefined, slow: string): ViewItem {
-  const n = children.length;
+  const n = children.filter((c) => !c.id.endsWith("/waits")).length;
   const world = stacks?.world_size ?? n;
   return {
     id: runId,

@@ -27,8 +27,12 @@ export interface RunStacks {
   job_id: string | null;
   world_size: number | null;
   held_by: number[];
-  /** Ranks the others wait for, by Flight Recorder (they are behind). */
+  /** The wait-for graph's roots: ranks the others wait for that wait for nobody. */
   culprits: number[];
+  /** Cycles of ranks waiting on each other (deadlocks), each from its lowest rank. */
+  deadlocks: number[][];
+  /** Who waits for whom, one hop a line, the culprits' place last (raydbg/gang/wait_for.chain). */
+  chain: string[];
   ranks: RankStacks[];
 }
 
@@ -37,7 +41,8 @@ const ints = (v: unknown): number[] => (Array.isArray(v) ? v.filter((x): x is nu
 /**
  * A rank's last collective per process group, as the TUI's gang view says it
  * (raydbg/tui/gang_view._in_collective): `in OP #SEQ` while started and not completed,
- * else `after OP #SEQ`; the group named unless it is the world group. Null: no Flight Recorder.
+ * else `after OP #SEQ`; the group by its label (`group [2,3]`) unless it is the world group;
+ * a group with send/recv only (no collective) left out. Null: no Flight Recorder.
  */
 export function collectiveText(groups: unknown): string | null {
   if (!isObj(groups)) return null;
@@ -48,12 +53,18 @@ export function collectiveText(groups: unknown): string | null {
     const started = isObj(g.started) ? g.started : {};
     const done = isObj(g.completed) ? g.completed : {};
     const seq = typeof started.seq === "number" ? started.seq : null;
+    if (seq === 0) continue;
     const inside = seq !== null && seq !== (typeof done.seq === "number" ? done.seq : null);
     const op = typeof started.op === "string" ? started.op : "?";
-    parts.push(`${inside ? "in" : "after"} ${op} #${seq ?? "?"}${name === "default_pg" ? "" : ` (${name})`}`);
+    const label = typeof g.label === "string" && g.label ? g.label : name;
+    const world = label === "world" || label === "default_pg";
+    parts.push(`${inside ? "in" : "after"} ${op} #${seq ?? "?"}${world ? "" : ` (${label})`}`);
   }
   return parts.join(", ") || "none yet";
 }
+
+const lists = (v: unknown): number[][] => (Array.isArray(v) ? v.map((d) => ints(isObj(d) ? d.ranks : null)).filter((d) => d.length > 0) : []);
+const strings = (v: unknown): string[] => (Array.isArray(v) ? v.filter((x): x is string => typeof x === "string") : []);
 
 /**
  * The run named `run` (of job `job` when the gateway says which job) from a stacks body;
@@ -90,7 +101,10 @@ export function parseRunStacks(payload: unknown, run: string, job: string | null
         collective: collectiveText(k.collectives),
       });
     }
-    return { run, job_id: jobId, world_size: int(r, "world_size"), held_by: ints(r.held_by), culprits: ints(r.culprits), ranks };
+    return {
+      run, job_id: jobId, world_size: int(r, "world_size"), held_by: ints(r.held_by), culprits: ints(r.culprits),
+      deadlocks: lists(r.deadlocks), chain: strings(r.chain), ranks,
+    };
   }
   return null;
 }

@@ -144,7 +144,7 @@ test("malformed stacks answers parse to a message or to defaults, never an excep
   for (const bad of [null, [], "x", { runs: "no" }, {}]) assert.equal(typeof parseRunStacks(bad, "sd-train", null), "string");
   const odd = parseRunStacks({ runs: [{ run: "sd-train", ranks: [null, { world_rank: "1" }, { world_rank: 2, state: 7 }], held_by: ["0", 1] }], classes: "x" }, "sd-train", JOB);
   assert.deepEqual(odd, {
-    run: "sd-train", job_id: null, world_size: null, held_by: [1], culprits: [],
+    run: "sd-train", job_id: null, world_size: null, held_by: [1], culprits: [], deadlocks: [], chain: [],
     ranks: [{ world_rank: 2, local_rank: null, node_id: null, pid: null, state: "running", summary: null, last_progress_s: null, waiting: false, collective: null }],
   });
 });

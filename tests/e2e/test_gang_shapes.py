@@ -1,0 +1,175 @@
+"""Real training shapes on a real cluster (Ray Train, gloo, CPU), one rank stuck in each: the
+wait-for graph names that rank alone, with the chain of who waits for whom, in `raydbg stacks`
+(JSON and text) and in the hang event; a deadlock is named as a cycle.
+
+One cluster for the module; each shape is its own TorchTrainer run (tests/e2e/shape_targets.py),
+released (or, for the deadlock, timed out) before the next starts. torch's own analyzer
+checks the same shapes on raw gloo ranks in tests/test_gang_wait_for_oracle.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cluster import needs_torch
+
+from e2e import gang_targets, shape_targets
+from e2e.conftest import Cluster
+from e2e.test_gang_train import Fit
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900), needs_torch]
+
+HANG_AFTER_S = 20.0  # long enough for every rank to reach its wait on a loaded machine
+DEADLOCK_TIMEOUT_S = 45  # gloo's collective timeout of the deadlocked run: how it ends
+LOADER = f"load_batch shape_targets.py:{shape_targets.load_batch.__code__.co_firstlineno + 4}"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Cluster, Any]]:
+    # 4 ranks on 2 cores: more logical CPUs than cores (FACTS.md).
+    env = {"RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S), **gang_targets.TRAIN_CLUSTER_ENV}
+    with Cluster(num_cpus=8, env=env, by_value=(shape_targets,)) as c:
+        yield c, c.up()
+
+
+def _trainer(fn: Any, name: str, tmp_path: Path, workers: int, stuck: int | None,
+             timeout_s: int = 1800, env: dict[str, str] | None = None) -> Any:
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchConfig, TorchTrainer
+
+    out = tmp_path / f"out-{name}"
+    out.mkdir()
+    return TorchTrainer(
+        fn,
+        train_loop_config={"out": str(out), "stuck": -1 if stuck is None else stuck,
+                           "release": str(tmp_path / f"release-{name}")},
+        torch_config=TorchConfig(backend="gloo", timeout_s=timeout_s),
+        scaling_config=ScalingConfig(num_workers=workers, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name=name, storage_path=str(tmp_path),
+                             worker_runtime_env={"env_vars": env} if env else None),
+    )
+
+
+def _run(c: Cluster, name: str) -> dict[str, Any] | None:
+    out = c.cli("stacks", "--run", name, "--json", timeout=120)
+    runs = json.loads(out.stdout).get("runs") if out.returncode == 0 else None
+    return runs[0] if runs else None
+
+
+def _wait_graph(c: Cluster, name: str, done: Callable[[dict[str, Any]], bool], timeout: float = 300) -> dict[str, Any]:
+    """`raydbg stacks --run NAME --json` until the run's graph says `done` (the ranks have
+    reached their waits: start-up on a loaded machine takes a while)."""
+    deadline = time.monotonic() + timeout
+    seen: list[Any] = []  # each different answer, for the failure message
+    while time.monotonic() < deadline:
+        run = _run(c, name)
+        if run is not None and len(run["ranks"]) == run["world_size"] and done(run):
+            return run
+        got = run and {k: run.get(k) for k in ("culprits", "deadlocks", "chain", "collectives_seen")}
+        if not seen or seen[-1] != got:
+            seen.append(got)
+        time.sleep(1.0)
+    raise AssertionError(f"run {name}: graph not as expected; seen: {json.dumps(seen)}")
+
+
+def _matches(chain: list[str], patterns: list[str]) -> bool:
+    return len(chain) == len(patterns) and all(re.fullmatch(p, line) for p, line in zip(patterns, chain, strict=True))
+
+
+def _release(tmp_path: Path, name: str, fit: Fit) -> list[float]:
+    (tmp_path / f"release-{name}").touch()
+    return fit.join(timeout=300)
+
+
+def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
+    return [e for e in asyncio.run(gw.events(500))
+            if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == run]
+
+
+def test_tensor_parallel_subgroups_name_the_stuck_rank_alone(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    """Rank 3 stuck before its subgroup's all_reduce: rank 2 waits for it there, ranks 0 and 1
+    in the world's gradient all_reduce. Before the graph, the report named ranks 2 and 3."""
+    c, gw = cluster
+    fit = Fit(_trainer(shape_targets.tensor_parallel, "shape-tp", tmp_path, workers=4, stuck=3))
+    chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2,3",
+             re.escape("rank 2 waits in all_reduce #1 (group [2,3]) for 3"),
+             re.escape(f"rank 3 is in {LOADER}")]
+    run = _wait_graph(c, "shape-tp", lambda r: _matches(r["chain"], chain))
+    assert run["culprits"] == [3] and run["deadlocks"] == []
+    assert run["collectives_seen"] == [0, 1, 2, 3]
+    assert sorted(run["groups"].values()) == ["group [0,1]", "group [2,3]", "world"]
+    text = c.cli("stacks", "--run", "shape-tp", timeout=120).stdout
+    assert "  waits (Flight Recorder, process groups, send/recv):\n" in text, text
+    assert "    rank 2 waits in all_reduce #1 (group [2,3]) for 3\n" in text, text
+    # The hang event: the same chain, rank 3 named with its stack class.
+    deadline = time.monotonic() + 240
+    while not _hang_events(gw, "shape-tp") and time.monotonic() < deadline:
+        time.sleep(1.0)
+    (event,) = _hang_events(gw, "shape-tp")
+    details = event["details"]
+    assert [x["world_rank"] for x in details["culprits"]] == [3], details["culprits"]
+    assert details["culprits"][0]["stack_class"]["summary"] == LOADER
+    assert _matches(details["chain"], chain), details["chain"]
+    assert "; rank 2 waits in all_reduce #1 (group [2,3]) for 3; rank 3 is in load_batch" in event["message"]
+    values = _release(tmp_path, "shape-tp", fit)
+    assert len(values) == 4 and len(set(values)) == 1  # the gradients all-reduced over the world
+
+
+def test_hsdp_on_a_2x2_mesh_names_the_stuck_rank_through_both_mesh_dimensions(
+        cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, _ = cluster
+    fit = Fit(_trainer(shape_targets.hsdp, "shape-hsdp", tmp_path, workers=4, stuck=3))
+    chain = [r"rank 0 waits in all_reduce #\d+ \(group mesh_replicate \[0,2\]\) for 2",
+             r"rank 1 waits in all_reduce #\d+ \(group mesh_replicate \[1,3\]\) for 3",
+             r"rank 2 waits in all_gather #\d+ \(group mesh_shard \[2,3\]\) for 3",
+             re.escape(f"rank 3 is in {LOADER}")]
+    run = _wait_graph(c, "shape-hsdp", lambda r: _matches(r["chain"], chain))
+    assert run["culprits"] == [3]
+    values = _release(tmp_path, "shape-hsdp", fit)
+    assert len(values) == 4 and len(set(values)) == 1  # every rank ends with the same loss
+
+
+def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    """gloo records no send/recv: the peers come from the ranks' waiting frames."""
+    c, _ = cluster
+    fit = Fit(_trainer(shape_targets.pipeline, "shape-pp", tmp_path, workers=4, stuck=2))
+    chain = ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
+             "rank 3 waits in recv (world) for 2", f"rank 2 is in {LOADER}"]
+    run = _wait_graph(c, "shape-pp", lambda r: r["chain"] == chain)
+    assert run["culprits"] == [2]
+    assert [(h["kind"], h["ranks"], h["on"]) for h in run["waits"]] == [
+        ("p2p", [0], [1]), ("p2p", [1], [2]), ("p2p", [3], [2])]
+    assert len(_release(tmp_path, "shape-pp", fit)) == 4
+
+
+def test_fsdp2_on_the_sd_tiny_unet_names_the_stuck_rank(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    c, _ = cluster
+    fit = Fit(_trainer(shape_targets.fsdp2_sd_tiny, "shape-fsdp2", tmp_path, workers=2, stuck=1))
+    chain = [r"rank 0 waits in all_gather #\d+ \(world\) for 1", re.escape(f"rank 1 is in {LOADER}")]
+    run = _wait_graph(c, "shape-fsdp2", lambda r: _matches(r["chain"], chain))
+    assert run["culprits"] == [1]
+    values = _release(tmp_path, "shape-fsdp2", fit)
+    assert len(values) == 2 and values[0] == values[1]
+
+
+def test_two_groups_entered_in_opposite_orders_are_reported_as_a_deadlock(
+        cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    """No rank is free: no culprit, the cycle 0 -> 1 -> 0. The run ends by gloo's timeout
+    (raydbg's raised timeout off for this run)."""
+    c, _ = cluster
+    fit = Fit(_trainer(shape_targets.opposite_orders, "shape-deadlock", tmp_path, workers=3, stuck=None,
+                       timeout_s=DEADLOCK_TIMEOUT_S, env={"RAYDBG_TRAIN_PG_TIMEOUT_S": "0"}))
+    chain = [re.escape("rank 0 waits in all_reduce #1 (group [0,1]) for 1"), r"ranks 1,2 wait in all_reduce #\d+ \(world\) for 0",
+             re.escape("deadlock: ranks 0 -> 1 -> 0 wait on each other (a cycle: none of them can go on)")]
+    run = _wait_graph(c, "shape-deadlock", lambda r: _matches(r["chain"], chain), timeout=240)
+    assert run["culprits"] == [] and [d["ranks"] for d in run["deadlocks"]] == [[0, 1]]
+    fit.thread.join(DEADLOCK_TIMEOUT_S * 4)
+    assert not fit.thread.is_alive(), "the deadlocked run outlived its collective timeout"
+    assert fit.error is not None or getattr(fit.result, "error", None) is not None
