@@ -26,6 +26,7 @@ step with the reference (`unchecked`).
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +36,7 @@ SAMPLED = 4  # arrivals kept per step and group: the first, the last, evenly bet
 MAX_GROUPS = 4  # process groups kept per step (the busiest): data x tensor x pipeline fits
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Window:
     """One step of a rank, on its own clock: (start, end]; `released`: it started at a shared release."""
 
@@ -45,14 +46,14 @@ class Window:
     released: bool
 
 
-@dataclass
+@dataclass(slots=True)
 class GroupArrivals:
     first: int  # the step's first sequence id in the group
     count: int  # its collectives in the group this step
     at: dict[int, float] = field(default_factory=dict)  # sampled sequence id -> arrival (own clock, s)
 
 
-@dataclass
+@dataclass(slots=True)
 class StepArrivals:
     """One step of a rank: its window (own clock), waits, and arrivals per group."""
 
@@ -64,11 +65,16 @@ class StepArrivals:
     groups: dict[str, GroupArrivals] = field(default_factory=dict)
 
 
+@functools.lru_cache(maxsize=1024)
+def _picks(count: int, k: int) -> tuple[int, ...]:
+    if count <= k:
+        return tuple(range(count))
+    return tuple(sorted({round(i * (count - 1) / (k - 1)) for i in range(k)}))
+
+
 def sampled(first: int, count: int, k: int = SAMPLED) -> list[int]:
     """The sequence ids kept of `count` consecutive ones from `first`: all, or the first, the last and evenly between."""
-    if count <= k:
-        return list(range(first, first + count))
-    return sorted({first + round(i * (count - 1) / (k - 1)) for i in range(k)})
+    return [first + i for i in _picks(count, k)]
 
 
 def _group(entry: Mapping[str, Any]) -> str:
@@ -117,23 +123,36 @@ def encode(steps: Mapping[int, StepArrivals], now: float) -> list[Any]:
     return out
 
 
-def decode(rec: Mapping[str, Any]) -> dict[int, StepArrivals] | None:
-    """A record's arrivals by step (own clock, s); None when it carries none (Flight Recorder off,
-    not in a torch group) or they are malformed."""
+def step_numbers(rec: Mapping[str, Any]) -> list[int] | None:
+    """The steps a record has arrivals for, without decoding them; None when it carries none."""
+    raw = rec.get("arr")
+    if not isinstance(raw, list):
+        return None
+    try:
+        return [int(one[0]) for one in raw]
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def decode(rec: Mapping[str, Any], only: set[int] | None = None) -> dict[int, StepArrivals] | None:
+    """A record's arrivals by step (own clock, s), of the steps `only` if given; None when it carries
+    none (Flight Recorder off, not in a torch group) or they are malformed."""
     raw, ts = rec.get("arr"), rec.get("ts")
     if not isinstance(raw, list) or not isinstance(ts, int | float):
         return None
     out: dict[int, StepArrivals] = {}
     try:
         for step, start, end, released, data, sync, groups in raw:
+            if only is not None and step not in only:
+                continue
             one = StepArrivals(ts + start / 1000, ts + end / 1000, bool(released), data / 1000,
                                None if sync is None else sync / 1000)
             for name, first, count, times in groups:
-                seqs = sampled(int(first), int(count))
-                if len(seqs) != len(times):
+                picks = _picks(count, SAMPLED)
+                if len(picks) != len(times):
                     raise ValueError("sampled arrivals do not match their count")
-                one.groups[str(name)] = GroupArrivals(int(first), int(count),
-                                                      {s: ts + t / 1000 for s, t in zip(seqs, times, strict=True)})
+                one.groups[str(name)] = GroupArrivals(first, count, {first + i: ts + t / 1000
+                                                                     for i, t in zip(picks, times, strict=True)})
             out[int(step)] = one
     except (TypeError, ValueError):
         return None
@@ -141,7 +160,7 @@ def decode(rec: Mapping[str, Any]) -> dict[int, StepArrivals] | None:
 
 
 # --- the gateway ----------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Clock:
     offset_s: float  # this rank's clock minus the reference rank's
     how: str  # "reference" | "same node" | "releases" (measured) | "unchecked" (no release in common)
@@ -159,21 +178,21 @@ def clock_offsets(arrivals: Mapping[int, Mapping[int, StepArrivals]], nodes: Map
         if nodes.get(rank) != ref_node:
             per_node.setdefault(nodes.get(rank), []).extend(
                 s.start - ref_releases[k] for k, s in steps.items() if s.released and k in ref_releases)
+    by_node = {node: Clock(statistics.median(diffs), "releases") for node, diffs in per_node.items() if diffs}
+    same, unchecked = Clock(0.0, "same node"), Clock(0.0, "unchecked")
     out = {}
     for rank in arrivals:
         node = nodes.get(rank)
         if rank == ref:
             out[rank] = Clock(0.0, "reference")
         elif node == ref_node and node is not None:
-            out[rank] = Clock(0.0, "same node")
-        elif per_node.get(node):
-            out[rank] = Clock(statistics.median(per_node[node]), "releases")
+            out[rank] = same
         else:
-            out[rank] = Clock(0.0, "unchecked")
+            out[rank] = by_node.get(node, unchecked)
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Waits:
     waited_s: float  # the longest it waited at one of the step's collectives for the last rank there
     late_s: float  # the longest the others waited at one of them for it alone
@@ -183,24 +202,34 @@ def step_waits(arrivals: Mapping[int, Mapping[int, StepArrivals]],
                clocks: Mapping[int, Clock]) -> dict[int, dict[int, Waits]]:
     """Per rank and step, its waits at the step's collectives and the others' waits for it; a rank
     with the step but no collective in it: zeros."""
-    steps = sorted({k for per in arrivals.values() for k in per})
+    offset = {rank: c.offset_s for rank, c in clocks.items()}
+    steps = {k for per in arrivals.values() for k in per}
     out: dict[int, dict[int, Waits]] = {rank: {} for rank in arrivals}
+    zero = Waits(0.0, 0.0)
     for k in steps:
         here = {rank: per[k] for rank, per in arrivals.items() if k in per}
-        waited = dict.fromkeys(here, 0.0)
-        late = dict.fromkeys(here, 0.0)
+        waited: dict[int, float] = {}
+        late: dict[int, float] = {}
         for name in {g for s in here.values() for g in s.groups}:
-            members = {rank: s.groups[name] for rank, s in here.items() if name in s.groups}
-            shapes = {(g.first, g.count) for g in members.values()}
-            if len(members) < 2 or len(shapes) != 1:
+            ranks = [rank for rank, s in here.items() if name in s.groups]
+            groups = [here[rank].groups[name] for rank in ranks]
+            if len(ranks) < 2 or len({(g.first, g.count) for g in groups}) != 1:
                 continue  # one member, or their windows cut the group's collectives differently
-            for seq in next(iter(members.values())).at:
-                at = {rank: g.at[seq] - clocks.get(rank, Clock(0.0, "")).offset_s for rank, g in members.items()}
-                order = sorted(at, key=at.__getitem__)
-                last, second = order[-1], order[-2]
-                for rank, t in at.items():
-                    waited[rank] = max(waited[rank], at[last] - t)
-                late[last] = max(late[last], at[last] - at[second])
+            offsets = [offset.get(rank, 0.0) for rank in ranks]
+            most: list[float] | None = None  # per member, its longest wait at the group's collectives
+            for seq in groups[0].at:
+                at = [g.at[seq] - off for g, off in zip(groups, offsets, strict=True)]
+                top = max(at)
+                last = at.index(top)
+                second = max(at[:last] + at[last + 1:])
+                waits = [top - t for t in at]
+                most = waits if most is None else list(map(max, most, waits))
+                if top - second > late.get(ranks[last], 0.0):
+                    late[ranks[last]] = top - second
+            for rank, w in zip(ranks, most or [], strict=False):
+                if w > waited.get(rank, 0.0):
+                    waited[rank] = w
         for rank in here:
-            out[rank][k] = Waits(round(waited[rank], 4), round(late[rank], 4))
+            w, lag = waited.get(rank, 0.0), late.get(rank, 0.0)
+            out[rank][k] = Waits(w, lag) if w or lag else zero
     return out

@@ -31,7 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from raydbg import progress_records
-from raydbg.gang import arrivals
+from raydbg.gang.step_table import RankSteps, RunSteps, step_times
+
+__all__ = ["RankSteps", "RunSteps", "Settings", "StragglerDecider", "describe", "judge", "message", "step_times",
+           "steps_view"]
 
 RunKey = tuple[str, str]  # (job_id, train_run)
 
@@ -58,104 +61,6 @@ class Settings:
         return cls(factor=read("RAYDBG_STRAGGLER_FACTOR", d.factor, 1.0),
                    steps=min(steps, progress_records.RECENT_STEPS),
                    min_extra_s=read("RAYDBG_STRAGGLER_MIN_EXTRA_S", d.min_extra_s, 0.0))
-
-
-def step_times(rec: dict[str, Any], field: str = "busy_s") -> dict[int, float]:
-    """{step number: seconds} of one record's recent steps (the newest is `step`): their work
-    time (`busy_s`), or the part of it spent waiting for data (`data_s`)."""
-    times = rec.get(field)
-    if not isinstance(times, list) or not times:
-        return {}
-    newest = int(rec.get("step") or 0)
-    first = newest - len(times) + 1
-    return {first + i: float(t) for i, t in enumerate(times)}
-
-
-def sync_waits(rec: dict[str, Any]) -> dict[int, float]:
-    """{step: seconds in the sync point that ended it}: a report's wait is recorded when it returns,
-    after the record was written, so the newest is the step before `step`."""
-    return {k - 1: t for k, t in step_times(rec, "wait_s").items()}
-
-
-@dataclass
-class RankSteps:
-    """One rank's recent steps: work (less its waits at collectives), who waited for whom."""
-
-    work: dict[int, float]
-    # None: not known yet (a report's wait is known once it returned, after the record was written)
-    waited: dict[int, float | None]  # it waited for others: at the step's collectives and its sync point
-    late: dict[int, float | None]  # the others waited for it alone: at the same places
-    data: dict[int, float]  # of its work, waiting for data
-    clock: str | None  # how its clock was lined up with the others' (arrivals.Clock.how)
-
-
-@dataclass(frozen=True)
-class _Step:
-    busy: float  # from the step's start to its arrival at the sync point (or its end)
-    sync: float | None  # its wait in the sync point that ended it (0: none; None: not known yet)
-    data: float | None
-    waited: float = 0.0  # at the step's collectives
-    late: float = 0.0
-
-
-def _others_min(values: dict[int, float]) -> dict[int, float]:
-    """Per rank, the smallest of the other ranks' values (in O(n): the two smallest)."""
-    if len(values) < 2:
-        return {}
-    low, second = sorted(values, key=values.__getitem__)[:2]
-    return {r: values[second] if r == low else values[low] for r in values}
-
-
-def _from_lists(rec: dict[str, Any]) -> dict[int, _Step]:
-    """A rank without arrivals: its steps from the record's lists (the newest RECENT_STEPS)."""
-    sync, data = sync_waits(rec), step_times(rec, "data_s")
-    report_loop = bool(sync)
-    return {k: _Step(t, sync.get(k) if report_loop else 0.0, data.get(k)) for k, t in step_times(rec).items()}
-
-
-def _from_arrivals(per: dict[int, arrivals.StepArrivals], waits: dict[int, arrivals.Waits]) -> dict[int, _Step]:
-    return {k: _Step(s.end - s.start, s.sync_wait_s, s.data_s, waits[k].waited_s, waits[k].late_s)
-            for k, s in per.items() if k in waits}
-
-
-def run_steps(ranks: dict[int, dict[str, Any]]) -> dict[int, RankSteps]:
-    """Per rank of a run: its steps' work, waits and the others' waits for it.
-
-    Where any rank carries arrivals (it is in a torch group with Flight Recorder on), only the
-    steps read from them count, on every rank: a rank's steps without them would count its
-    waits inside the step as work."""
-    decoded = {r: arrivals.decode(rec) for r, rec in ranks.items()}
-    read = {r: d for r, d in decoded.items() if d is not None}
-    clocks = arrivals.clock_offsets(read, {r: ranks[r].get("node_id") for r in read})
-    if read:
-        waits = arrivals.step_waits(read, clocks)
-        table = {r: _from_arrivals(d, waits[r]) if d is not None else {} for r, d in decoded.items()}
-    else:
-        table = {r: _from_lists(rec) for r, rec in ranks.items()}
-    # At a sync point that releases every rank at once, a rank's wait there less the last rank's
-    # (the sync point's own cost) is what it waited for the others: their arrivals' difference.
-    sync_waited: dict[int, dict[int, float]] = {r: {} for r in ranks}
-    sync_late: dict[int, dict[int, float]] = {r: {} for r in ranks}
-    for k in {k for per in table.values() for k in per}:
-        here = {r: st.sync for r, per in table.items() if (st := per.get(k)) is not None and st.sync is not None}
-        if not here:
-            continue
-        least = min(here.values())
-        for r, t in here.items():
-            sync_waited[r][k] = t - least
-        for r, m in _others_min(here).items():
-            sync_late[r][k] = max(0.0, m - here[r])
-    out = {}
-    for r, per in table.items():
-        known = {k for k, st in per.items() if st.sync is not None}
-        out[r] = RankSteps(
-            work={k: round(max(0.0, st.busy - st.waited), 4) for k, st in per.items()},
-            waited={k: round(st.waited + sync_waited[r].get(k, 0.0), 4) if k in known else None
-                    for k, st in per.items()},
-            late={k: round(st.late + sync_late[r].get(k, 0.0), 4) if k in known else None for k, st in per.items()},
-            data={k: st.data for k, st in per.items() if st.data is not None},
-            clock=clocks[r].how if r in clocks else None)
-    return out
 
 
 def data_split(steps: dict[int, RankSteps], rank: int, last: list[int]) -> dict[str, float] | None:
@@ -200,23 +105,23 @@ def median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def judged_steps(steps: dict[int, RankSteps], s: Settings) -> list[int]:
+def judged_steps(work: dict[int, dict[int, float]], s: Settings) -> list[int]:
     """The last `s.steps` steps every rank has work for; [] when there are fewer (nothing to judge yet)."""
-    if len(steps) < 2:
+    if len(work) < 2:
         return []
-    common = set.intersection(*(set(st.work) for st in steps.values()))
+    common = set.intersection(*(set(w) for w in work.values()))
     last = sorted(common)[-s.steps:]
     return last if len(last) == s.steps else []
 
 
-def judge(ranks: dict[int, dict[str, Any]], s: Settings,
-          steps: dict[int, RankSteps] | None = None) -> dict[int, dict[str, Any]]:
-    """The ranks that straggle over the last `s.steps` common steps, with the figures that show it."""
+def judge(ranks: dict[int, dict[str, Any]], s: Settings, run: RunSteps | None = None) -> dict[int, dict[str, Any]]:
+    """The ranks that straggle over the last `s.steps` common steps, with their work against the
+    others' (`describe` adds the rest, for an event)."""
     if len(ranks) < 2:
         return {}
-    steps = run_steps(ranks) if steps is None else steps
-    times = {rank: st.work for rank, st in steps.items()}
-    last = judged_steps(steps, s)
+    run = RunSteps(ranks, newest=s.steps) if run is None else run
+    times = run.work
+    last = judged_steps(times, s)
     if not last:
         return {}
     by_step = {step: sorted(t[step] for t in times.values()) for step in last}
@@ -227,15 +132,19 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings,
                for step, med in zip(last, medians, strict=True)):
             found[rank] = {
                 "steps": last,
-                "busy_s": [mine[step] for step in last],
+                "busy_s": [round(mine[step], 4) for step in last],
                 "others_median_s": [round(m, 4) for m in medians],
                 "ratio": round(statistics.median(mine[step] / m if m > 0 else float("inf")
                                                  for step, m in zip(last, medians, strict=True)), 2),
-                "others_waited_s": [steps[rank].late[step] for step in last],
-                "clock": steps[rank].clock,
-                "data": data_split(steps, rank, last),
             }
     return found
+
+
+def describe(run: RunSteps, rank: int, last: list[int]) -> dict[str, Any]:
+    """A straggler's figures besides its work: the others' wait for it per step, its clock, its data split."""
+    figures = run.figures()
+    return {"others_waited_s": [figures[rank].late.get(step) for step in last], "clock": figures[rank].clock,
+            "data": data_split(figures, rank, last)}
 
 
 class StragglerDecider:
@@ -253,8 +162,8 @@ class StragglerDecider:
             if run in paused:
                 still |= {k for k in self.flagged if k[0] == run}  # judged again once it runs
                 continue
-            steps = run_steps(ranks)
-            if not judged_steps(steps, self.settings):
+            steps = RunSteps(ranks, newest=self.settings.steps)
+            if not judged_steps(steps.work, self.settings):
                 # Too few steps every rank has figures for (arrivals not read yet on one): not a catch-up.
                 still |= {k for k in self.flagged if k[0] == run}
                 continue
@@ -265,7 +174,8 @@ class StragglerDecider:
                 rec = ranks[rank]
                 out.append({"job_id": run[0], "train_run": run[1], "world_rank": rank,
                             "world_size": rec.get("world_size"), "node_id": rec.get("node_id"),
-                            "pid": rec.get("pid"), "factor": self.settings.factor, **figures})
+                            "pid": rec.get("pid"), "factor": self.settings.factor, **figures,
+                            **describe(steps, rank, figures["steps"])})
         self.flagged = still  # a rank that caught up (or whose run ended) may be flagged again
         return out
 
@@ -303,11 +213,12 @@ def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = No
     for (job_id, name), ranks in sorted(train_ranks(beats).items()):
         if (job and job != job_id) or (run and run != name):
             continue
-        steps = run_steps(ranks)
+        steps = RunSteps(ranks)
         slow = judge(ranks, settings, steps)
+        figures = steps.figures()
         rows = []
         for rank, rec in sorted(ranks.items()):
-            st = steps[rank]
+            st = figures[rank]
             order = sorted(st.work)
             lists: dict[str, list[float | None]] = {
                 "busy_s": [st.work[k] for k in order], "wait_s": [st.waited[k] for k in order],
