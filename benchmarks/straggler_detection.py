@@ -114,9 +114,17 @@ while found is None and time.time() < deadline:
     except Exception:
         continue
     found = next((e for e in events if e.get("kind") == "straggler"), None)
+shown = None
+if found is not None:  # what `raydbg steps` showed then
+    from raydbg.commands.steps import render
+    try:
+        shown = render(asyncio.run(Gateway.discover(None, None).steps(None, "bench-straggler")), 200)
+    except Exception as exc:
+        shown = repr(exc)
 print(json.dumps(found and {"judged_steps": found["details"]["steps"], "world_rank": found["details"]["world_rank"],
                             "others_waited_s": found["details"].get("others_waited_s"),
-                            "busy_s": found["details"]["busy_s"], "others_median_s": found["details"]["others_median_s"]}),
+                            "busy_s": found["details"]["busy_s"], "others_median_s": found["details"]["others_median_s"],
+                            "message": found["message"], "steps_shown": shown}),
       flush=True)
 os._exit(0)
 """
