@@ -11,8 +11,10 @@ process groups, each rank's Flight Recorder view and group table as its stacks t
 sends them), one rank stuck before its tensor-parallel all_reduce: its tensor group waits
 in that all_reduce, the stages around it in NCCL send/recv, every other data-parallel
 replica in the gradient all_reduce, and the graph must name that rank alone; straggler
-judgement over N ranks' step times through `stragglers.judge`. Median and max of the
-repeats, in ms, against the 200 ms goal. Results to benchmarks/results/gang_scale.json
+judgement over N ranks' step times through `stragglers.judge`, and over N ranks' collective
+arrivals (8 steps, 18 collectives a step sampled at 4, rank 3 late at each step's first;
+ranks on 8 nodes whose clocks are lined up by the steps' shared releases). Median and max
+of the repeats, in ms, against the 200 ms goal. Results to benchmarks/results/gang_scale.json
 (or --out).
 """
 
@@ -29,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from raydbg.gang import classes, collectives, stragglers, wait_for
+from raydbg.gang import arrivals, classes, collectives, stragglers, wait_for
 
 GOAL_MS = 200.0
 
@@ -119,6 +121,25 @@ def step_records(n: int) -> dict[int, dict[str, Any]]:
     return {rank: {"step": 100, "busy_s": [0.4 if rank == 3 else 0.1] * 8, "world_rank": rank} for rank in range(n)}
 
 
+def arrival_records(n: int) -> dict[int, dict[str, Any]]:
+    """Each rank's record with its arrivals at 8 steps of 18 collectives; rank 3 0.3 s late at each
+    step's first; 8 nodes, node k's clock k x 1.5 s ahead."""
+    out = {}
+    for rank in range(n):
+        skew = (rank % 8) * 1.5
+        kept = {}
+        for k in range(1, 9):
+            start = 100.0 + k
+            first = start + 0.1 + (0.3 if rank == 3 else 0.0)
+            at = {18 * k + c: (first if c == 0 else start + 0.4 + 0.01 * c) + skew for c in arrivals.sampled(0, 18)}
+            kept[k] = arrivals.StepArrivals(start + skew, start + 0.6 + skew, True, 0.0, 0.001, {
+                "0": arrivals.GroupArrivals(18 * k, 18, at)})
+        now = 110.0 + skew
+        out[rank] = {"world_rank": rank, "node_id": f"n{rank % 8}", "step": 8, "ts": now,
+                     "arr": arrivals.encode(kept, now)}
+    return out
+
+
 def timed(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
     took = []
     for _ in range(repeats):
@@ -136,18 +157,20 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for n in args.ranks:
-        ws, ranks, steps = workers(n), mesh(n), step_records(n)
+        ws, ranks, steps, arr = workers(n), mesh(n), step_records(n), arrival_records(n)
         found = wait_for.analyze(ranks, n)
         assert found["culprits"] == [stuck_rank(n)], found["culprits"]  # the benchmark measures a right answer
         assert found["deadlocks"] == [] and len(found["waits"]) == TP * PP + 2 * TP + 1  # dp, pp, tp hops
         assert list(stragglers.judge(steps, stragglers.Settings())) == [3]
+        assert list(stragglers.judge(arr, stragglers.Settings())) == [3]
 
         def graph(ranks: dict[int, dict[str, Any]] = ranks, n: int = n) -> list[str]:
             return wait_for.chain(wait_for.analyze(ranks, n), lambda r: "load_batch train.py:88")
 
         for name, fn in (("classes.group + runs", lambda ws=ws: (classes.group(ws), classes.runs(ws))),
                          ("wait_for graph + chain (d x t x p)", graph),
-                         ("stragglers.judge", lambda steps=steps: stragglers.judge(steps, stragglers.Settings()))):
+                         ("stragglers.judge", lambda steps=steps: stragglers.judge(steps, stragglers.Settings())),
+                         ("stragglers.judge (arrivals)", lambda arr=arr: stragglers.judge(arr, stragglers.Settings()))):
             median, worst = timed(fn, args.repeats)
             rows.append({"ranks": n, "part": name, "median_ms": round(median, 2), "max_ms": round(worst, 2),
                          "goal_ms": GOAL_MS, "met": worst < GOAL_MS})

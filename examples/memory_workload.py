@@ -64,6 +64,7 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
         start_gate.driver_setup()
         runtime_env["worker_process_setup_hook"] = "raydbg.memory.start_gate.worker_setup"
     ray.init(
+        address="local",  # always its own cluster: a plain ray.init() joins a `ray start` one here
         num_cpus=sc.num_cpus,
         include_dashboard=False,
         object_store_memory=80 * MiB,

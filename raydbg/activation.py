@@ -46,7 +46,7 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
     if not compat.check("driver"):  # one line; the job runs with Ray's own debugger
         return out
     if workers_read_job_settings(out):
-        publish_job_settings_at_connect(config.carried_env())
+        publish_job_settings_at_connect(job_env())
     else:
         _add_setup_hook(out)
     install_driver_breakpoint()
@@ -65,10 +65,23 @@ def with_raydbg(env: dict[str, Any] | None) -> dict[str, Any]:
     return out
 
 
+def job_env() -> dict[str, str]:
+    """The settings a job's workers get: the carried environment, and the driver script's
+    directory (RAYDBG_DRIVER_DIR: a root of the user's code, raydbg/user_code.py)."""
+    from raydbg import user_code
+
+    env = config.carried_env()
+    env.pop(user_code.DRIVER_DIR_ENV, None)  # this driver's own, never one it inherited
+    directory = user_code.driver_dir(getattr(sys.modules.get("__main__"), "__file__", None))
+    if directory:
+        env[user_code.DRIVER_DIR_ENV] = directory
+    return env
+
+
 def _add_setup_hook(out: dict[str, Any]) -> None:
     """raydbg's worker_process_setup_hook (chaining the user's) and settings in `out`."""
     env_vars = dict(out.get("env_vars") or {})
-    for key, value in config.carried_env().items():
+    for key, value in job_env().items():
         env_vars.setdefault(key, value)
     user_hook = out.get("worker_process_setup_hook")
     if user_hook is None or user_hook == SETUP_HOOK_NAME:
@@ -234,13 +247,15 @@ def worker_setup_hook() -> None:
 
 def _install_worker() -> None:
     """The worker's parts and features, each with the hooks it needs."""
-    from raydbg.gang import cooperative
-    from raydbg.worker import hook, listeners, train
+    from raydbg.gang import arrival_reader, cooperative
+    from raydbg.worker import hook, listeners, train, user_roots
 
+    user_roots.note_start_dir()  # before the job's code runs: a working_dir is where it starts
     hook.install()  # breakpoint() and post-mortem
     if _start_node_agents not in listeners.ON_PAUSE:
         listeners.ON_PAUSE.append(_start_node_agents)
     cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
+    arrival_reader.worker_setup()  # each step's collective arrival times in its progress record
     train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
     from raydbg.breakpoints import worker as armed_breakpoints
 

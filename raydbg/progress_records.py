@@ -15,6 +15,8 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,30 @@ import psutil
 
 from raydbg.private_dir import UnsafeDirError, open_private, private_dir
 
-RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the previous one
+RECORD_SIZE = 2048  # fixed, padded with spaces: a rewrite always covers the previous one
 IDENTITY_RETRY_S = 10.0  # a worker that beat before its Train context existed looks again
 RECENT_STEPS = 8  # step times kept in the record: what straggler detection looks back over
+
+
+
+@dataclass(frozen=True)
+class StepEnd:
+    """A step just ended, on this process's clock: what a step listener is told."""
+
+    step: int
+    start: float
+    end: float
+    released: bool  # it started when a sync point every rank shares returned (a Train report)
+    at_sync: bool  # it ended arriving at such a sync point (its wait there is known once it returns)
+    data_s: float  # of it, the time waiting for data
+    last_sync: tuple[int, float] | None  # (step, wait) of the newest sync point that returned
+
+
+# Filled by the worker's setup (a feature's hook; this module imports none): called under the
+# beat's lock at the end of each timed step. Each returns fields for the record (a few hundred
+# bytes: raydbg/gang/arrival_reader.py) or None.
+StepListener = Callable[[StepEnd], "dict[str, Any] | None"]
+STEP_LISTENERS: list[StepListener] = []
 
 
 def progress_dir() -> Path:
@@ -71,6 +94,9 @@ class Beat:
         self.steps = 0
         self._lock = threading.Lock()
         self._resumed_at: float | None = None  # when the last sync point returned
+        self._released = False  # the current step started at a sync point's return
+        self._arrived_step = 0  # the step whose beat arrived at the sync point now waited in
+        self._last_sync: tuple[int, float] | None = None
         self._arrived_at: float | None = None
         self._busy: deque[float] = deque(maxlen=RECENT_STEPS)
         self._wait: deque[float] = deque(maxlen=RECENT_STEPS)
@@ -98,30 +124,53 @@ class Beat:
         with self._lock:
             fd = self._ensure(now)
             self.steps = self.steps + 1 if step is None else int(step)
+            extra = ""
             if not timed:
                 self._resumed_at = self._arrived_at = None  # the first step's time starts after it
             elif self._resumed_at is not None:
                 self._busy.append(round(now - self._resumed_at, 4))
                 self._data.append(round(self._data_now, 4))
+                extra = self._listeners(StepEnd(self.steps, self._resumed_at, now, self._released, sync,
+                                                round(self._data_now, 4), self._last_sync))
             self._data_now = 0.0
             if timed:
                 self._arrived_at = now if sync else None
+                self._arrived_step = self.steps
                 self._resumed_at = None if sync else now
+                self._released = False
             times = f'"busy_s": {list(self._busy)}, "wait_s": {list(self._wait)}, "data_s": {list(self._data)}'
-            data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {times}, {self._static}}}'
-            if len(data) > RECORD_SIZE:  # never cut the identity: drop the step times instead
-                data = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}", {self._static}}}'
+            head = f'{{"ts": {now}, "step": {self.steps}, "source": "{source}"'
+            # Never cut the identity: drop the listeners' fields, then the step times, instead.
+            for body in (f"{times}{extra}", times, ""):
+                data = f"{head}, {body}, {self._static}}}" if body else f"{head}, {self._static}}}"
+                if len(data) <= RECORD_SIZE:
+                    break
             # One write of the whole block: a reader racing it gets bad JSON and skips it once.
             os.pwrite(fd, data.encode()[:RECORD_SIZE].ljust(RECORD_SIZE), 0)
 
+    def _listeners(self, end: StepEnd) -> str:
+        """The step listeners' fields for this record (`, "key": value...`); a failing one adds nothing."""
+        out = ""
+        for listener in STEP_LISTENERS:
+            try:
+                fields = listener(end)
+                if fields:
+                    out += ", " + json.dumps(fields, separators=(",", ":"))[1:-1]
+            except Exception:
+                pass
+        return out
+
     def resumed(self) -> None:
-        """The sync point the last beat arrived at returned: the next step's work starts now."""
+        """The sync point the last beat arrived at returned: the next step's work starts now, at the
+        same moment on every rank (a release)."""
         now = time.time()
         with self._lock:
             if self._arrived_at is not None:
                 self._wait.append(round(now - self._arrived_at, 4))
+                self._last_sync = (self._arrived_step, self._wait[-1])
                 self._arrived_at = None
             self._resumed_at = now
+            self._released = True
 
     def waited_for_data(self, seconds: float) -> None:
         """Part of this step's work time went waiting for data (a batch iterator's next())."""

@@ -59,7 +59,7 @@ def synthetic_batches(spec: ComponentsSpec, worker: Worker, n: int, bsz: int) ->
 
 def bench_online(preset: Preset, bsz: int, steps: int, workdir: Path) -> dict[str, Any]:
     """Images/s of the same UNet step with latents precomputed vs encoded in the loop."""
-    spec = prepare_components(preset, None, workdir / "components")
+    spec = prepare_components(preset, None, str(workdir / "components"))
     cfg = TrainConfig(online=True, steps=10**6, batch_size=bsz, lr=1e-4, warmup_steps=0, ema_decay=0.999,
                       use_gpu=None)
     online = Worker(cfg, spec, None)
@@ -138,7 +138,7 @@ def bench_parallel(preset: Preset, bsz: int, steps: int, workdir: Path) -> dict[
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    spec = prepare_components(preset, None, workdir / "components")
+    spec = prepare_components(preset, None, str(workdir / "components"))
     uncond = workdir / "uncond.npy"
     np.save(uncond, np.zeros((77, preset.text_encoder["hidden_size"]), np.float32))
     out: dict[str, Any] = {}
@@ -171,7 +171,7 @@ def bench_learning(steps: int, workdir: Path) -> dict[str, Any]:
     from sd_reference.metrics import Timer
 
     preset = get_preset("tiny")
-    spec = prepare_components(preset, None, workdir / "components-tiny")
+    spec = prepare_components(preset, None, str(workdir / "components-tiny"))
     cfg = TrainConfig(online=True, steps=steps, batch_size=16, lr=preset.lr, warmup_steps=preset.warmup_steps,
                       ema_decay=preset.ema_decay, caption_dropout=0.1)
     worker = Worker(cfg, spec, None)
@@ -206,6 +206,11 @@ def run_bench(args: argparse.Namespace) -> int:
             results["fsdp_vs_ddp"] = bench_parallel(preset, args.batch_size, args.steps, work)
         if args.what in ("all", "learning"):
             results["learning"] = bench_learning(300, work)
+        if args.what in ("all", "features"):
+            from sd_reference import bench_features
+
+            results["features"] = {"optimizer_and_ema": bench_features.optimizer_and_ema(preset, 5),
+                                   "grad_checkpointing": bench_features.checkpointing(preset, args.batch_size, args.steps)}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(results, indent=1))
     parts = []
@@ -220,5 +225,10 @@ def run_bench(args: argparse.Namespace) -> int:
     if "learning" in results:
         r = results["learning"]
         parts.append(f"learning: loss {r['first_20pct_loss']} -> {r['last_20pct_loss']}")
+    if "features" in results:
+        o, c = results["features"]["optimizer_and_ema"], results["features"]["grad_checkpointing"]
+        parts.append(f"AdamW for-loop/foreach/fused {o['adamw_for-loop_ms']}/{o['adamw_foreach_ms']}/{o['adamw_fused_ms']} ms, "
+                     f"EMA loop/foreach {o['ema_loop_ms']}/{o['ema_foreach_ms']} ms, checkpointing: step peak above RSS "
+                     f"{c['off']['step_peak_above_mib']} -> {c['on']['step_peak_above_mib']} MiB")
     ui.summary("bench: " + "; ".join(parts) + f" -> {args.out}")
     return 0

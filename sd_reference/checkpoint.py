@@ -2,8 +2,9 @@
 
 A checkpoint directory holds the UNet, the AdamW state and the EMA weights as DCP
 shards (one `__RANK_0.distcp` per rank plus `.metadata`) and `train_state.json`
-(step and run facts). In a Ray Train run each rank writes its shards to a local
-directory and reports it; Ray Train merges them into `step_XXXXXXXX` under the run.
+(step, the data position and run facts). In a Ray Train run each rank writes its
+shards to a local directory (in the background with `start_save`) and reports it;
+Ray Train merges them into `step_XXXXXXXX` under the run, on any storage.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +21,8 @@ import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from sd_reference.diffusion import EMA
+from sd_reference import storage
+from sd_reference.ema import EMA
 from sd_reference.errors import UserError
 
 STATE_FILE = "train_state.json"
@@ -39,6 +42,27 @@ def save(path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, e
     """Collective: every rank writes its shards under `path`; rank 0 adds train_state.json."""
     path.mkdir(parents=True, exist_ok=True)
     dcp.save(_state(model, optimizer, ema), checkpoint_id=str(path))
+    write_train_state(path, train_state)
+
+
+def start_save(
+    path: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, ema: EMA,
+    process_group: dist.ProcessGroup | None = None,
+) -> Future[Any]:
+    """Collective: copy this rank's shards to CPU memory now and write them under `path` in a
+    background thread (DCP async_save); the future completes when they are on disk.
+
+    `process_group` must be a gloo group used by nothing else: DCP's background thread
+    runs collectives on it while training runs its own on the default group.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    future = dcp.async_save(_state(model, optimizer, ema), checkpoint_id=str(path), process_group=process_group)
+    assert isinstance(future, Future)  # the default stager stages synchronously
+    return future
+
+
+def write_train_state(path: Path, train_state: dict[str, Any]) -> None:
+    """Rank 0 (or a lone process) writes train_state.json beside the shards."""
     if not dist.is_initialized() or dist.get_rank() == 0:
         (path / STATE_FILE).write_text(json.dumps(train_state, indent=1))
 
@@ -78,23 +102,26 @@ def fingerprint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, ema: E
     return digests
 
 
-def find(run_dir: Path) -> list[Path]:
-    """Complete checkpoints of a run (DCP metadata and train_state present), oldest first."""
-    if not run_dir.is_dir():
-        return []
-    found = [
-        p
-        for p in run_dir.iterdir()
-        if DIR_PATTERN.match(p.name) and (p / ".metadata").exists() and (p / STATE_FILE).exists()
-    ]
-    return sorted(found, key=lambda p: p.name)
+def is_complete(uri: str) -> bool:
+    """DCP metadata and train_state.json are both there (a save that finished and was merged)."""
+    return storage.exists(storage.join(uri, ".metadata")) and storage.exists(storage.join(uri, STATE_FILE))
 
 
-def latest(run_dir: Path) -> Path:
-    found = find(run_dir)
+def find(run_uri: str) -> list[str]:
+    """Complete checkpoints of a run (any storage), oldest first."""
+    names = [n for n in storage.list_dir(run_uri) if DIR_PATTERN.match(n)]
+    return [storage.join(run_uri, n) for n in names if is_complete(storage.join(run_uri, n))]
+
+
+def latest(run_uri: str) -> str:
+    found = find(run_uri)
     if not found:
-        raise UserError(f"no complete checkpoint under {run_dir}: train first (python -m sd_reference train)")
+        raise UserError(f"no complete checkpoint under {run_uri}: train first (python -m sd_reference train)")
     return found[-1]
+
+
+def read_train_state(uri: str) -> dict[str, Any]:
+    return dict(json.loads(storage.read_text(storage.join(uri, STATE_FILE))))
 
 
 def load_unet_weights(path: Path, unet: torch.nn.Module, use_ema: bool = True) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Connecting to Ray: an existing cluster (RAY_ADDRESS / already initialized) or a local one."""
+"""Connecting to Ray: an existing cluster (RAY_ADDRESS / already initialized) or a local one; its size."""
 
 from __future__ import annotations
 
@@ -21,3 +21,10 @@ def ensure_ray(num_cpus: int | None = None, quiet_data: bool = True) -> None:
 
         # Our own rich progress bar replaces Ray Data's per-operator bars.
         DataContext.get_current().enable_progress_bars = False
+
+
+def alive_nodes() -> int:
+    """Nodes of the connected cluster that are alive (a removed or dead raylet does not count)."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node.get("Alive"))

@@ -1,4 +1,4 @@
-"""The diffusion objective: DDPM noising, epsilon / v-prediction targets, min-SNR weights, EMA, LR.
+"""The diffusion objective: DDPM noising, epsilon / v-prediction targets, min-SNR weights, LR, randomness.
 
 Pure torch (no Ray, no distributed calls) so it is unit-testable and shared by the
 Ray Train loop and the benchmark.
@@ -6,7 +6,7 @@ Ray Train loop and the benchmark.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import inspect
 from typing import Any
 
 import torch
@@ -22,7 +22,9 @@ class NoiseSchedule:
 
         if prediction_type not in PREDICTION_TYPES:
             raise ValueError(f"prediction type {prediction_type!r} not in {PREDICTION_TYPES}")
-        known = DDPMScheduler.__init__.__code__.co_varnames
+        # The signature, not __code__: diffusers wraps __init__ (register_to_config), and the
+        # wrapper's variable names would drop every key, leaving DDPM's default linear betas.
+        known = inspect.signature(DDPMScheduler.__init__).parameters
         config = {k: v for k, v in scheduler_config.items() if k in known}
         self.scheduler = DDPMScheduler(**dict(config, prediction_type=prediction_type))
         self.prediction_type = prediction_type
@@ -30,7 +32,10 @@ class NoiseSchedule:
         self.alphas_cumprod = self.scheduler.alphas_cumprod.float()
 
     def snr(self, timesteps: torch.Tensor) -> torch.Tensor:
-        a = self.alphas_cumprod.to(timesteps.device)[timesteps]
+        """Signal-to-noise ratio alpha_bar / (1 - alpha_bar) at each timestep."""
+        if self.alphas_cumprod.device != timesteps.device:  # once: a host-to-device copy would sync every step
+            self.alphas_cumprod = self.alphas_cumprod.to(timesteps.device)
+        a = self.alphas_cumprod[timesteps]
         return a / (1 - a)
 
     def noisy_and_target(
@@ -48,11 +53,14 @@ class NoiseSchedule:
         per_sample = (pred.float() - target.float()).pow(2).mean(dim=tuple(range(1, pred.ndim)))
         if snr_gamma <= 0:
             return per_sample.mean()
+        return (per_sample * self.min_snr_weight(timesteps, snr_gamma)).mean()
+
+    def min_snr_weight(self, timesteps: torch.Tensor, snr_gamma: float) -> torch.Tensor:
+        """min(SNR, gamma) / SNR for epsilon, min(SNR, gamma) / (SNR + 1) for v-prediction."""
         snr = self.snr(timesteps)
         clipped = torch.minimum(snr, torch.full_like(snr, snr_gamma))
         # v-prediction's target already carries a (snr + 1) factor relative to epsilon.
-        weight = clipped / (snr + 1) if self.prediction_type == "v_prediction" else clipped / snr
-        return (per_sample * weight).mean()
+        return clipped / (snr + 1) if self.prediction_type == "v_prediction" else clipped / snr
 
 
 def lr_at(step: int, base_lr: float, warmup_steps: int) -> float:
@@ -62,44 +70,25 @@ def lr_at(step: int, base_lr: float, warmup_steps: int) -> float:
     return base_lr * min(1.0, (step + 1) / warmup_steps)
 
 
-def ema_decay_at(step: int, max_decay: float) -> float:
-    """EMA warmup (diffusers' EMAModel): early steps follow the model, later ones average."""
-    return min(max_decay, (1 + step) / (10 + step))
+def step_generator(seed: int, step: int, rank: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """Randomness of one step on one rank; a resumed run draws the same noise for the same step.
+
+    A generator on the training device draws noise there: no host tensor, no copy.
+    The CPU and CUDA generators give different numbers for the same seed.
+    """
+    return torch.Generator(device=device).manual_seed(seed * 1_000_003 + step * 1_009 + rank)
 
 
-class EMA:
-    """Exponential moving average of parameters; works on DTensor shards as on plain tensors."""
-
-    def __init__(self, named_params: Iterable[tuple[str, torch.Tensor]]) -> None:
-        self.shadow: dict[str, torch.Tensor] = {n: p.detach().clone() for n, p in named_params}
-
-    @torch.no_grad()
-    def update(self, named_params: Iterable[tuple[str, torch.Tensor]], decay: float) -> None:
-        for name, param in named_params:
-            self.shadow[name].lerp_(param.detach(), 1.0 - decay)
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return self.shadow
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        for name, value in state.items():
-            self.shadow[name].copy_(value)
-
-
-def step_generator(seed: int, step: int, rank: int) -> torch.Generator:
-    """Randomness of one step on one rank; a resumed run draws the same noise for the same step."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + rank)
-
-
-def caption_dropout(
-    text_emb: torch.Tensor, uncond: torch.Tensor, prob: float, generator: torch.Generator
-) -> torch.Tensor:
-    """Replace each caption's embedding by the empty prompt's with probability `prob` (for CFG)."""
+def dropout_mask(n: int, prob: float, generator: torch.Generator) -> torch.Tensor | None:
+    """Which of `n` captions become the empty prompt (None when dropout is off); on the generator's device."""
     if prob <= 0:
+        return None
+    return torch.rand(n, generator=generator, device=generator.device) < prob
+
+
+def caption_dropout(text_emb: torch.Tensor, uncond: torch.Tensor, drop: torch.Tensor | None) -> torch.Tensor:
+    """Each caption's embedding, or the empty prompt's where `drop` is set (for CFG); no host sync."""
+    if drop is None:
         return text_emb
-    drop = torch.rand(text_emb.shape[0], generator=generator) < prob
-    if not drop.any():
-        return text_emb
-    out = text_emb.clone()
-    out[drop.to(text_emb.device)] = uncond.to(text_emb.device, text_emb.dtype)
-    return out
+    uncond = uncond.to(text_emb.device, text_emb.dtype)
+    return torch.where(drop.to(text_emb.device).view(-1, 1, 1), uncond.expand_as(text_emb), text_emb)

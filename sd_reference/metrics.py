@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 try:  # raydbg's telemetry is optional for this app
@@ -71,18 +71,30 @@ def counter(name: str, value: float = 1, **attrs: Any) -> None:
 
 
 class Timer:
-    """Accumulates named durations for one step; each part is also a span and a histogram."""
+    """Accumulates named durations for one step; each part is also a span and a histogram.
 
-    def __init__(self, prefix: str, attributes: Mapping[str, Any] | None = None) -> None:
+    A GPU runs its queued work after the host has moved on: host-side times measure
+    launches. With `sync` (the device's synchronise) each part waits for the device
+    before it starts and before it ends, so the times are the device's; that wait
+    costs throughput, so it is only done where timing is asked for.
+    """
+
+    def __init__(self, prefix: str, attributes: Mapping[str, Any] | None = None,
+                 sync: Callable[[], None] | None = None) -> None:
         self.prefix = prefix
         self.attributes = dict(attributes or {})
+        self.sync = sync
         self.seconds: dict[str, float] = {}
 
     @contextlib.contextmanager
     def timed(self, part: str) -> Iterator[None]:
+        if self.sync is not None:
+            self.sync()
         start = time.perf_counter()
         with span(f"{self.prefix}.{part}", self.attributes):
             yield
+            if self.sync is not None:
+                self.sync()
         elapsed = time.perf_counter() - start
         self.seconds[part] = self.seconds.get(part, 0.0) + elapsed
         histogram(f"{self.prefix}.{part}.duration", elapsed)

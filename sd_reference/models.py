@@ -4,7 +4,8 @@ Frozen components (VAE, text encoder, tokenizer, scheduler) live in one
 diffusers-layout directory: either `--pretrained DIR` as is, or one materialized
 from a preset with a fixed seed. Preprocessing, online training, export and
 sampling all load that same directory, so randomly initialised encoders agree
-everywhere.
+everywhere. The directory is a path or a URI; each node that loads it from object
+storage copies it once into its local cache (`storage.localize`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import torch
 
+from sd_reference import storage
 from sd_reference.errors import UserError
 from sd_reference.presets import MAX_TOKENS, SCHEDULER_CONFIG, Preset
 
@@ -76,54 +78,64 @@ def tokenize(tokenizer: Any, captions: list[str]) -> torch.Tensor:
     return out.input_ids
 
 
+def _absolute(uri: str | Path) -> str:
+    return str(uri) if storage.has_scheme(uri) else str(Path(uri).expanduser().resolve())
+
+
 def prepare_components(
-    preset: Preset, pretrained: str | None, out_dir: Path, seed: int = 0
+    preset: Preset, pretrained: str | Path | None, out_uri: str | Path, seed: int = 0
 ) -> ComponentsSpec:
-    """Return the components to use: `pretrained` as is, else a seeded preset build saved to out_dir."""
+    """Return the components to use: `pretrained` as is, else a seeded preset build saved to out_uri."""
     if pretrained:
-        return _pretrained_spec(preset, Path(pretrained))
+        return _pretrained_spec(preset, _absolute(pretrained))
     from diffusers import AutoencoderKL, DDIMScheduler
     from transformers import CLIPTextConfig, CLIPTextModel
 
     quiet()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    spec = ComponentsSpec(str(out_dir.resolve()), preset.name, preset.resolution, preset.unet)
-    existing = out_dir / SPEC_FILE
-    if existing.exists() and json.loads(existing.read_text()) == spec.to_json():
+    spec = ComponentsSpec(_absolute(out_uri), preset.name, preset.resolution, preset.unet)
+    existing = storage.join(spec.path, SPEC_FILE)
+    if storage.exists(existing) and json.loads(storage.read_text(existing)) == spec.to_json():
         return spec  # same preset already materialized: keep the exact same weights
+    out_dir, staged = storage.local_or_staging(spec.path)
     torch.manual_seed(seed)
     AutoencoderKL(**preset.vae).save_pretrained(out_dir / "vae")
     text_encoder = CLIPTextModel(CLIPTextConfig(**preset.text_encoder))
     text_encoder.save_pretrained(out_dir / "text_encoder")
     char_tokenizer().save_pretrained(out_dir / "tokenizer")
     DDIMScheduler(**SCHEDULER_CONFIG).save_pretrained(out_dir / "scheduler")
-    existing.write_text(json.dumps(spec.to_json(), indent=1))
+    (out_dir / SPEC_FILE).write_text(json.dumps(spec.to_json(), indent=1))
+    storage.finish_staging(out_dir, spec.path, staged)
     return spec
 
 
-def _pretrained_spec(preset: Preset, path: Path) -> ComponentsSpec:
-    if not path.is_dir():
+def _pretrained_spec(preset: Preset, path: str) -> ComponentsSpec:
+    if not storage.is_dir(path):
         raise UserError(f"--pretrained {path}: no such directory")
-    missing = [d for d in ("vae", "text_encoder", "tokenizer") if not (path / d).is_dir()]
+    missing = [d for d in ("vae", "text_encoder", "tokenizer") if not storage.is_dir(storage.join(path, d))]
     if missing:
         raise UserError(
             f"--pretrained {path} is not a diffusers model directory (missing {', '.join(missing)}/)"
         )
-    te_config = json.loads((path / "text_encoder" / "config.json").read_text())
-    unet_config_file = path / "unet" / "config.json"
-    if unet_config_file.exists():
-        raw = json.loads(unet_config_file.read_text())
+    te_config = json.loads(storage.read_text(storage.join(path, "text_encoder", "config.json")))
+    unet_config_file = storage.join(path, "unet", "config.json")
+    if storage.exists(unet_config_file):
+        raw = json.loads(storage.read_text(unet_config_file))
         unet = {k: v for k, v in raw.items() if not k.startswith("_")}
     else:  # preset UNet wired to the pretrained text encoder's width
         unet = dict(preset.unet, cross_attention_dim=te_config["hidden_size"])
     unet["sample_size"] = preset.resolution // 8
-    return ComponentsSpec(str(path.resolve()), preset.name, preset.resolution, unet)
+    return ComponentsSpec(path, preset.name, preset.resolution, unet)
+
+
+def local_dir(spec: ComponentsSpec) -> Path:
+    """The components as a local directory on this node (a cached copy when they are remote)."""
+    return storage.localize(spec.path)
 
 
 def load_tokenizer(spec: ComponentsSpec) -> Any:
     from transformers import CLIPTokenizer
 
-    return CLIPTokenizer.from_pretrained(Path(spec.path) / "tokenizer")
+    return CLIPTokenizer.from_pretrained(local_dir(spec) / "tokenizer")
 
 
 def load_encoders(spec: ComponentsSpec, device: str = "cpu") -> tuple[Any, Any]:
@@ -132,8 +144,9 @@ def load_encoders(spec: ComponentsSpec, device: str = "cpu") -> tuple[Any, Any]:
     from transformers import CLIPTextModel
 
     quiet()
-    vae = AutoencoderKL.from_pretrained(Path(spec.path) / "vae").to(device).eval()
-    text_encoder = CLIPTextModel.from_pretrained(Path(spec.path) / "text_encoder").to(device).eval()
+    root = local_dir(spec)
+    vae = AutoencoderKL.from_pretrained(root / "vae").to(device).eval()
+    text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder").to(device).eval()
     vae.requires_grad_(False)
     text_encoder.requires_grad_(False)
     return vae, text_encoder
@@ -141,10 +154,10 @@ def load_encoders(spec: ComponentsSpec, device: str = "cpu") -> tuple[Any, Any]:
 
 def load_scheduler_config(spec: ComponentsSpec) -> dict[str, Any]:
     """The noise schedule of the components (SD2's for presets)."""
-    path = Path(spec.path) / "scheduler" / "scheduler_config.json"
-    if not path.exists():
+    path = storage.join(spec.path, "scheduler", "scheduler_config.json")
+    if not storage.exists(path):
         return dict(SCHEDULER_CONFIG)
-    raw = json.loads(path.read_text())
+    raw = json.loads(storage.read_text(path))
     return {k: v for k, v in raw.items() if not k.startswith("_")}
 
 
@@ -155,7 +168,7 @@ def build_unet(spec: ComponentsSpec, seed: int = 0) -> Any:
 
     quiet()
     if spec.pretrained_unet:
-        unet = UNet2DConditionModel.from_pretrained(Path(spec.path) / "unet")
+        unet = UNet2DConditionModel.from_pretrained(local_dir(spec) / "unet")
     else:
         torch.manual_seed(seed)  # every rank must start from identical weights
         unet = UNet2DConditionModel(**spec.unet)
@@ -169,7 +182,8 @@ def encode_images(vae: Any, pixels_uint8: torch.Tensor, generator: torch.Generat
     device = next(vae.parameters()).device
     x = pixels_uint8.to(device=device, dtype=torch.float32) / 127.5 - 1.0
     dist = vae.encode(x).latent_dist
-    noise = torch.randn(dist.mean.shape, generator=generator).to(device)
+    # Drawn where the generator lives (the training device for train's step generators), then moved.
+    noise = torch.randn(dist.mean.shape, generator=generator, device=generator.device if generator else "cpu").to(device)
     return (dist.mean + dist.std * noise) * vae.config.scaling_factor
 
 

@@ -7,6 +7,8 @@ is applied here directly.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -54,6 +56,25 @@ def inner(model: torch.nn.Module) -> torch.nn.Module:
 def named_params(model: torch.nn.Module) -> list[tuple[str, torch.Tensor]]:
     """Trainable parameters under their UNet names (no DDP `module.` prefix)."""
     return [(n, p) for n, p in inner(model).named_parameters() if p.requires_grad]
+
+
+@contextlib.contextmanager
+def gradient_sync(model: torch.nn.Module, enabled: bool) -> Iterator[None]:
+    """Reduce gradients across ranks in this backward only if `enabled` (gradient accumulation).
+
+    FSDP2 keeps the unsharded gradients of an unsynced backward and reduce-scatters
+    the sum on the next synced one; DDP accumulates locally under `no_sync()`.
+    """
+    set_sync: Any = getattr(model, "set_requires_gradient_sync", None)  # FSDP2 (FSDPModule)
+    no_sync: Any = getattr(model, "no_sync", None)  # DDP
+    if set_sync is not None:
+        set_sync(enabled)
+        yield
+    elif no_sync is not None and not enabled:
+        with no_sync():
+            yield
+    else:  # one process, or a synced DDP step
+        yield
 
 
 def local_state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> int:

@@ -4,23 +4,24 @@ read (parquet | webdataset | folder) -> CPU stage (decode, resize, crop, tokeniz
 broken rows dropped and counted) -> encoder stage (VAE latents x scaling factor,
 text encoder hidden states; on GPU when the cluster has one) -> parquet shards,
 then `manifest.json` describing shapes, counts and files. CPU and encoder stages
-have their own batch size and concurrency.
+have their own batch size and concurrency. Input and output are paths or URIs
+(storage.py): on a cluster the workers write the shards straight to the output.
 """
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from sd_reference import metrics, sources
+from sd_reference import metrics, sources, storage
 from sd_reference.errors import UserError
 from sd_reference.models import ComponentsSpec, prepare_components
 from sd_reference.presets import get_preset
@@ -45,6 +46,7 @@ class PreprocessOptions:
     encode_concurrency: int = 1
     encode_cpus: float = 1.0
     rows_per_file: int = 2048
+    rows_per_group: int = 256  # parquet row groups: the unit training reads (feed.py)
     limit: int | None = None
     seed: int = 0
 
@@ -135,7 +137,7 @@ def cpu_stage(ds: Any, source: sources.Source, spec: ComponentsSpec, batch_size:
         cpu_batches,
         fn_kwargs={
             "resolution": spec.resolution,
-            "tokenizer_dir": str(Path(spec.path) / "tokenizer"),
+            "tokenizer_dir": storage.join(spec.path, "tokenizer"),
             "report": _reporter(stats, "cpu") if stats is not None else None,
             "sidecar_captions": sources.sidecar_filesystem(source),
         },
@@ -175,29 +177,45 @@ def uncond_embedding(spec: ComponentsSpec) -> np.ndarray:
     return encode_text(text_encoder, tokenize(load_tokenizer(spec), [""]))[0].numpy().astype(np.float32)
 
 
+def _parquet_file(uri: str) -> Any:
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(uri)
+    return pq.ParquetFile(fs.open_input_file(path))
+
+
+def shard_row_groups(root: str, entry: dict[str, Any]) -> list[int]:
+    """Rows per row group of one manifest shard (read from the file for manifests that predate the list)."""
+    if "row_groups" in entry:
+        return [int(n) for n in entry["row_groups"]]
+    meta = _parquet_file(storage.join(root, entry["path"])).metadata
+    return [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+
+
 def run(opts: PreprocessOptions, progress: Callable[[dict[str, Any], int | None], None] | None = None) -> dict[str, Any]:
     """Run the pipeline to completion and write the manifest; returns the manifest."""
-    import pyarrow.parquet as pq
     import ray
 
-    out = Path(opts.out)
-    shards = out / "shards"
-    if shards.exists() and any(shards.iterdir()):
+    out = opts.out if storage.has_scheme(opts.out) else str(storage.filesystem(opts.out)[1])
+    shards = storage.join(out, "shards")
+    if storage.list_dir(shards):
         raise UserError(f"{shards} already has files: choose an empty --out or delete it")
     preset = get_preset(opts.preset, opts.resolution)
     sources.detect(opts.input, opts.fmt)  # fail fast, before any model is built
-    spec = prepare_components(preset, opts.pretrained, out / "components", opts.seed)
+    spec = prepare_components(preset, opts.pretrained, storage.join(out, "components"), opts.seed)
     stats = ray.remote(num_cpus=0)(Stats).remote()
     ds, source = build_pipeline(opts, spec, stats)
     total = min(source.rows, opts.limit) if source.rows and opts.limit else source.rows or opts.limit
 
     start = time.perf_counter()
     error: list[BaseException] = []
+    fs, shards_path = storage.filesystem(shards)
 
     def write() -> None:
         try:
             with metrics.span("sd.preprocess.run", input=opts.input):
-                ds.write_parquet(str(shards), min_rows_per_file=opts.rows_per_file)
+                ds.write_parquet(shards_path, filesystem=fs, min_rows_per_file=opts.rows_per_file,
+                                 row_group_size=opts.rows_per_group)
         except BaseException as exc:  # noqa: BLE001 - re-raised on the driver thread
             error.append(exc)
 
@@ -213,14 +231,16 @@ def run(opts: PreprocessOptions, progress: Callable[[dict[str, Any], int | None]
     if progress:
         progress(counts, total)
     elapsed = time.perf_counter() - start
-    files = sorted(shards.glob("*.parquet")) if shards.exists() else []
-    file_rows = {f.name: pq.ParquetFile(f).metadata.num_rows for f in files}
-    written = sum(file_rows.values())
+    files = storage.list_files(shards, (".parquet",))
+    metas = {storage.name(f): _parquet_file(f).metadata for f in files}
+    written = sum(m.num_rows for m in metas.values())
     if written == 0:
         broken = ", ".join(f"{k}={v}" for k, v in counts["broken"].items()) or "none"
         raise UserError(f"no usable rows in {opts.input} ({counts['rows_in']} read, broken: {broken})")
-    first = pq.read_table(files[0], columns=["latents", "text_emb"]).slice(0, 1).to_pylist()[0]
-    np.save(out / UNCOND_FILE, uncond_embedding(spec))
+    first = _parquet_file(files[0]).read_row_group(0, columns=["latents", "text_emb"]).slice(0, 1).to_pylist()[0]
+    buffer = io.BytesIO()
+    np.save(buffer, uncond_embedding(spec))
+    storage.write_bytes(storage.join(out, UNCOND_FILE), buffer.getvalue())
     manifest = {
         "version": 1,
         "input": str(source.root),
@@ -237,16 +257,18 @@ def run(opts: PreprocessOptions, progress: Callable[[dict[str, Any], int | None]
         "seconds": round(elapsed, 2),
         "components": spec.to_json(),
         "uncond_embedding": UNCOND_FILE,
-        "files": [{"path": f"shards/{name}", "rows": n} for name, n in file_rows.items()],
+        "files": [{"path": f"shards/{name}", "rows": m.num_rows,
+                   "row_groups": [m.row_group(i).num_rows for i in range(m.num_row_groups)]}
+                  for name, m in metas.items()],
     }
-    (out / MANIFEST).write_text(json.dumps(manifest, indent=1))
+    storage.write_text(storage.join(out, MANIFEST), json.dumps(manifest, indent=1))
     return manifest
 
 
-def load_manifest(path: str) -> tuple[dict[str, Any], Path]:
-    """A preprocessed directory's manifest (UserError when it is not one)."""
-    root = Path(path)
-    if not (root / MANIFEST).exists():
-        hint = "" if root.exists() else " (no such directory)"
-        raise UserError(f"{root} has no {MANIFEST}{hint}: run `python -m sd_reference preprocess` first, or pass --online")
-    return json.loads((root / MANIFEST).read_text()), root
+def load_manifest(uri: str) -> tuple[dict[str, Any], str]:
+    """A preprocessed directory's manifest and the directory (UserError when it is not one)."""
+    root = uri if storage.has_scheme(uri) else str(storage.filesystem(uri)[1])
+    if not storage.exists(storage.join(root, MANIFEST)):
+        hint = "" if storage.exists(root) else " (no such directory)"
+        raise UserError(f"{uri} has no {MANIFEST}{hint}: run `python -m sd_reference preprocess` first, or pass --online")
+    return json.loads(storage.read_text(storage.join(root, MANIFEST))), root

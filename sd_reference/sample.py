@@ -1,11 +1,14 @@
-"""sample: images from prompts with an exported pipeline (PNG), plus the run's loss curve (PNG)."""
+"""sample: images from prompts with an exported pipeline (PNG), plus the run's loss curve (PNG).
+
+The pipeline, the output directory and the log are paths or URIs (storage.py).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 
+from sd_reference import runlog, storage
 from sd_reference.errors import UserError
 
 DEFAULT_PROMPTS = (
@@ -21,33 +24,33 @@ def _slug(text: str) -> str:
 
 
 def sample(
-    pipeline_dir: Path,
-    out: Path,
+    pipeline_dir: str,
+    out_uri: str,
     prompts: list[str],
     steps: int = 25,
     guidance: float = 5.0,
     seed: int = 0,
-    train_log: Path | None = None,
-) -> list[Path]:
-    """Generate one PNG per prompt and loss_curve.png; returns the files written."""
+    train_log: str | None = None,
+) -> list[str]:
+    """Generate one PNG per prompt and loss_curve.png; returns the names of the files written."""
     import torch
     from diffusers import StableDiffusionPipeline
 
     from sd_reference.models import quiet
     from sd_reference.plot import plot_loss
-    from sd_reference.train import read_log
 
-    if not (pipeline_dir / "model_index.json").exists():
+    if not storage.exists(storage.join(pipeline_dir, "model_index.json")):
         raise UserError(f"{pipeline_dir} is not a diffusers pipeline (no model_index.json): run export first")
     quiet()
-    pipe = StableDiffusionPipeline.from_pretrained(pipeline_dir)
+    local_pipeline = storage.localize(pipeline_dir)
+    pipe = StableDiffusionPipeline.from_pretrained(local_pipeline)
     pipe.set_progress_bar_config(disable=True)
     if torch.cuda.is_available():
         pipe = pipe.to("cuda")
-    info_file = pipeline_dir / "sd_reference_export.json"
+    info_file = local_pipeline / "sd_reference_export.json"
     info = json.loads(info_file.read_text()) if info_file.exists() else {}
     size = int(info.get("resolution") or pipe.unet.config.sample_size * pipe.vae_scale_factor)
-    out.mkdir(parents=True, exist_ok=True)
+    out, staged = storage.local_or_staging(out_uri)
     written = []
     for i, prompt in enumerate(prompts):
         generator = torch.Generator().manual_seed(seed + i)
@@ -57,10 +60,12 @@ def sample(
         ).images[0]
         path = out / f"{i:02d}-{_slug(prompt)}.png"
         image.save(path)
-        written.append(path)
-    log = train_log or (Path(info["train_log"]) if info.get("train_log") else None)
-    if log is not None and log.exists():
-        records = read_log(log)
+        written.append(path.name)
+    log = train_log or info.get("run_dir")
+    if log is not None and storage.exists(log):
+        records = runlog.read_file_or_run(log)
         if any("loss" in r for r in records):
-            written.append(plot_loss(records, out / "loss_curve.png", title=f"training loss ({log.parent.name})"))
+            name = storage.name(log) if storage.is_dir(log) else storage.name(log.rsplit("/", 1)[0])
+            written.append(plot_loss(records, out / "loss_curve.png", title=f"training loss ({name})").name)
+    storage.finish_staging(out, out_uri, staged)
     return written

@@ -4,16 +4,17 @@ Every reader returns a dataset in one normalized layout (key, caption, image
 bytes, width, height; width/height -1 when unknown) so the CPU stage needs no
 per-format code. Inputs are checked on the driver first so a missing path, an
 empty directory or a corrupt parquet file is one clear error, not a stack trace
-from a Ray task.
+from a Ray task. An input is a path or a URI (storage.py): Ray Data reads it
+through the same pyarrow filesystem on whichever node runs each read task.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
+from sd_reference import storage
 from sd_reference.errors import UserError
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "bmp")
@@ -30,53 +31,58 @@ class Source:
     rows: int | None = None
 
 
-def _files(path: Path, extensions: tuple[str, ...]) -> list[str]:
-    if path.is_file():
-        return [str(path)] if path.suffix.lstrip(".").lower() in extensions else []
-    return sorted(
-        str(p) for p in path.rglob("*") if p.is_file() and p.suffix.lstrip(".").lower() in extensions
-    )
-
-
 def detect(path_str: str, fmt: str = "auto") -> Source:
-    """Resolve and check an input path; raises UserError with the reason and a fix."""
+    """Resolve and check an input path or URI; raises UserError with the reason and a fix."""
     if fmt not in SOURCE_FORMATS:
         raise UserError(f"unknown input format '{fmt}' (choose from {', '.join(SOURCE_FORMATS)})")
-    if "://" in path_str:  # remote storage: trust the user, Ray Data reports problems
-        if fmt == "auto":
-            raise UserError(f"give --format for remote input {path_str}")
-        return Source(fmt, path_str, [path_str])
-    path = Path(path_str)
-    if not path.exists():
-        raise UserError(f"input path {path} does not exist (run `python -m sd_reference make-data` first?)")
+    root = path_str if storage.has_scheme(path_str) else storage.filesystem(path_str)[1]
+    if not storage.exists(root):
+        raise UserError(f"input path {path_str} does not exist (run `python -m sd_reference make-data` first?)")
+    found = storage.list_files(root)
     candidates = {
-        "parquet": _files(path, ("parquet",)),
-        "webdataset": _files(path, ("tar",)),
-        "folder": _files(path, IMAGE_EXTENSIONS),
+        "parquet": [f for f in found if _suffix(f) == "parquet"],
+        "webdataset": [f for f in found if _suffix(f) == "tar"],
+        "folder": [f for f in found if _suffix(f) in IMAGE_EXTENSIONS],
     }
     if fmt == "auto":
         fmt = next((f for f, files in candidates.items() if files), "none")
         if fmt == "none":
-            raise UserError(f"no parquet, .tar or image files under {path}: the dataset is empty")
+            raise UserError(f"no parquet, .tar or image files under {path_str}: the dataset is empty")
     files = candidates[fmt]
     if not files:
-        raise UserError(f"no {fmt} files under {path}: the dataset is empty")
+        raise UserError(f"no {fmt} files under {path_str}: the dataset is empty")
     rows = _parquet_rows(files) if fmt == "parquet" else None
     if rows == 0:
-        raise UserError(f"the parquet files under {path} have 0 rows: the dataset is empty")
-    return Source(fmt, str(path), files, rows)
+        raise UserError(f"the parquet files under {path_str} have 0 rows: the dataset is empty")
+    return Source(fmt, root, files, rows)
+
+
+def _suffix(uri: str) -> str:
+    name = storage.name(uri)
+    return name.rsplit(".", 1)[-1].lower() if "." in name else ""
+
+
+def _open_parquet(uri: str) -> Any:
+    import pyarrow.parquet as pq
+
+    fs, path = storage.filesystem(uri)
+    return pq.ParquetFile(fs.open_input_file(path))
 
 
 def _parquet_rows(files: list[str]) -> int:
-    import pyarrow.parquet as pq
-
     rows = 0
     for f in files:
         try:
-            rows += pq.ParquetFile(f).metadata.num_rows
+            rows += _open_parquet(f).metadata.num_rows
         except Exception as exc:  # noqa: BLE001 - pyarrow raises ArrowInvalid/OSError
             raise UserError(f"corrupt parquet file {f}: {exc}") from exc
     return rows
+
+
+def _fs_paths(source: Source) -> tuple[Any, list[str]]:
+    """One pyarrow filesystem and the files' paths inside it (what Ray Data's readers take)."""
+    fs = storage.filesystem(source.root)[0]
+    return fs, [storage.filesystem(f)[1] for f in source.files]
 
 
 def _wds_normalize(sample: dict[str, Any]) -> dict[str, Any]:
@@ -108,29 +114,26 @@ def read(source: Source, columns: dict[str, str] | None = None) -> Any:
         # LAION/Anyscale names by default; override for other parquet layouts.
         names = {"key": "hash", "caption": "caption", "image": "jpg", "width": "width", "height": "height"}
         names.update(columns or {})
-        if "://" not in source.root:  # name a missing column now, not from inside a Ray task
-            import pyarrow.parquet as pq
-
-            have = set(pq.ParquetFile(source.files[0]).schema_arrow.names)
-            missing = [c for c in names.values() if c not in have]
-            if missing:
-                raise UserError(
-                    f"parquet {source.files[0]} has no column(s) {', '.join(missing)} "
-                    f"(it has {', '.join(sorted(have))}; see --caption-column/--image-column/--key-column)"
-                )
-        ds = ray.data.read_parquet(source.files).select_columns(list(names.values()))
+        # Name a missing column now, not from inside a Ray task.
+        have = set(_open_parquet(source.files[0]).schema_arrow.names)
+        missing = [c for c in names.values() if c not in have]
+        if missing:
+            raise UserError(
+                f"parquet {source.files[0]} has no column(s) {', '.join(missing)} "
+                f"(it has {', '.join(sorted(have))}; see --caption-column/--image-column/--key-column)"
+            )
+        fs, paths = _fs_paths(source)
+        ds = ray.data.read_parquet(paths, filesystem=fs).select_columns(list(names.values()))
         return ds.rename_columns({v: k for k, v in names.items() if k != v})
+    fs, paths = _fs_paths(source)
     if source.fmt == "webdataset":
-        return ray.data.read_webdataset(source.files, decoder=_wds_normalize)
-    ds = ray.data.read_binary_files(source.files, include_paths=True)
+        return ray.data.read_webdataset(paths, filesystem=fs, decoder=_wds_normalize)
+    ds = ray.data.read_binary_files(paths, filesystem=fs, include_paths=True)
     return ds.rename_columns({"bytes": "image", "path": "key"})
 
 
 def sidecar_filesystem(source: Source) -> Any:
     """The filesystem image-folder captions (KEY.txt beside KEY.jpg) are read from."""
-    import pyarrow.fs
-
     if source.fmt != "folder":
         return None
-    fs, _ = pyarrow.fs.FileSystem.from_uri(source.root if "://" in source.root else Path(source.root).resolve().as_uri())
-    return fs
+    return storage.filesystem(source.root)[0]

@@ -84,8 +84,10 @@ class CpuTransform:
     ) -> None:
         from transformers import CLIPTokenizer
 
+        from sd_reference.storage import localize
+
         self.resolution = resolution
-        self.tokenizer = CLIPTokenizer.from_pretrained(tokenizer_dir)
+        self.tokenizer = CLIPTokenizer.from_pretrained(localize(tokenizer_dir))  # a path or URI
         self.report = report
         self.sidecar_fs = sidecar_captions  # a pyarrow filesystem for image folders
 

@@ -129,12 +129,13 @@ def test_records_carry_work_and_wait_times(clock: Clock) -> None:
 def test_a_long_identity_drops_the_step_times_not_the_identity(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYDBG_PROGRESS_BASE", str(tmp_path))
-    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": "r" * 850, "world_rank": 0})
+    name = "r" * (progress.RECORD_SIZE - 174)
+    monkeypatch.setattr(progress, "_identity", lambda: {"job_id": "j", "train_run": name, "world_rank": 0})
     b = progress.Beat()
     for _ in range(10):
         b.beat()
     got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())
-    assert got["train_run"] == "r" * 850 and "busy_s" not in got
+    assert got["train_run"] == name and "busy_s" not in got
     b.done()
 
 
@@ -186,3 +187,33 @@ def test_a_straggler_waiting_for_data_is_told_from_one_computing() -> None:
     # No data marks at all (or only zeros): nothing to split, the message as before.
     (found,) = StragglerDecider(Settings()).update(beats([SLOW] * 6, [FAST] * 6), [])
     assert found["data"] is None and "extra time goes" not in stragglers.message(found)
+
+
+def test_a_torch_data_loader_reports_each_batchs_wait() -> None:
+    torch = pytest.importorskip("torch", reason="torch: the main suite's venv has the CPU build")
+    import time as clock
+
+    from torch.utils.data import DataLoader
+    from torch.utils.data import dataloader as module
+
+    from raydbg import _torch_internals
+
+    class Slow(torch.utils.data.Dataset):  # type: ignore[misc]
+        def __len__(self) -> int:
+            return 3
+
+        def __getitem__(self, i: int) -> Any:
+            clock.sleep(0.05)
+            return torch.tensor([i])
+
+    waits: list[float] = []
+    original = module._BaseDataLoaderIter.__next__
+    try:
+        assert _torch_internals.wrap_loader_next(module, waits.append)
+        assert not _torch_internals.wrap_loader_next(module, waits.append)  # once
+        batches = list(DataLoader(Slow(), batch_size=1))
+    finally:
+        module._BaseDataLoaderIter.__next__ = original
+    assert [int(b) for b in batches] == [0, 1, 2]
+    assert len(waits) == 4 and all(w >= 0.05 for w in waits[:3])  # 3 batches, then the StopIteration
+    assert not _torch_internals.wrap_loader_next(object(), waits.append)  # a torch without the path

@@ -195,7 +195,10 @@ def test_secrets_are_not_carried_into_a_jobs_runtime_env(monkeypatch: pytest.Mon
     published: list[dict[str, str]] = []
     monkeypatch.setattr(activation, "publish_job_settings_at_connect", published.append)
     assert activation.with_raydbg({"env_vars": {"MINE": "1"}}) == {"env_vars": {"MINE": "1"}}
-    assert published == [plain]  # the job's settings record (workers set up at their first task)
+    # The job's settings record (workers set up at their first task): the carried settings and
+    # the driver's directory (a root of the user's code), no secret.
+    assert len(published) == 1 and not set(published[0]) & set(secrets)
+    assert {k: v for k, v in published[0].items() if k != "RAYDBG_DRIVER_DIR"} == plain
     monkeypatch.setenv("RAYDBG_WORKER_ACTIVATION", "runtime_env")
     env = activation.with_raydbg({"env_vars": {"MINE": "1"}})["env_vars"]
     assert not set(secrets) & set(env) and env["MINE"] == "1" and env["RAYDBG_WAIT_TIMEOUT"] == "30"

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
+from sd_support import effective_steps, sampler_keys
 
 from sd_reference.cli import main
 from sd_reference.synth import make_data
@@ -88,7 +89,8 @@ def fsdp_run(latents: Path, work: Path) -> Path:
     """2 workers, FSDP2, 8 steps, checkpoints every 2, rank 1 killed at step 5 (resumes), export."""
     argv = ["--no-progress", "train", "--data", str(latents), "--storage-path", str(work / "runs"), "--name", "e2e",
             "--workers", "2", "--strategy", "fsdp", "--steps", "8", "--batch-size", "4",
-            "--checkpoint-every", "2", "--inject-failure-at-step", "5", "--max-failures", "2", "--fingerprint"]
+            "--checkpoint-every", "2", "--inject-failure-at-step", "5", "--max-failures", "2", "--fingerprint",
+            "--log-samples"]
     assert main(argv) == 0
     return work / "runs" / "e2e"
 
@@ -112,6 +114,13 @@ def test_train_fsdp2_failure_resume_export_sample(fsdp_run: Path, work: Path) ->
     steps_before = [r["step"] for r in log[:resume_at] if "loss" in r and not r.get("event")]
     steps_after = [r["step"] for r in log[resume_at:] if "loss" in r and not r.get("event")]
     assert steps_before == [1, 2, 3, 4] and steps_after == [5, 6, 7, 8]
+    # The data position came back too: after the restart the run reads on in the sampler's order
+    # (epoch 1 from step 5: 37 rows, 8 a step), not the first batches again.
+    assert resume["position"] == {"epoch": 0, "consumed": 32}
+    steps = effective_steps(log)
+    seen = [k for s in range(1, 9) for rank in steps[s]["samples"] for k in rank]
+    assert seen == sampler_keys(str(work / "latents"), dict.fromkeys(range(1, 9), 2), seed=0, batch=4)
+    assert steps[5]["samples"] != steps[1]["samples"] and len(set(seen[:32])) == len(set(seen[32:])) == 32
     final = json.loads((run / "step_00000008" / "train_state.json").read_text())
     assert final["step"] == 8 and final["world_size"] == 2 and final["strategy"] == "fsdp"
     assert sorted(p.name for p in run.glob("step_*/__*_0.distcp") if p.parent.name.endswith("8")) == [
@@ -135,17 +144,52 @@ def test_train_fsdp2_failure_resume_export_sample(fsdp_run: Path, work: Path) ->
     assert Image.open(samples / pngs[0]).size == (64, 64)
 
 
-def test_resume_fsdp2_run_online_with_ddp(fsdp_run: Path, work: Path) -> None:
-    """Same name = same run: it continues from step 8, resharded from FSDP2 to DDP, encoding online."""
+def test_resume_fsdp2_run_online_with_ddp_and_sigterm(fsdp_run: Path, work: Path) -> None:
+    """Same name = same run: it continues from step 8, resharded from FSDP2 to DDP, encoding online;
+    rank 1 gets SIGTERM before step 9, so step 9 is checkpointed (not a multiple of 2) and the run
+    restarts from exactly there."""
     before = len(_log(fsdp_run))
     argv = ["--no-progress", "train", "--online", "--data", str(work / "data" / "laion"), "--storage-path",
             str(work / "runs"), "--name", "e2e", "--strategy", "ddp", "--batch-size", "4", "--steps", "10",
-            "--checkpoint-every", "2", "--no-export"]
+            "--checkpoint-every", "2", "--no-export", "--inject-sigterm-at-step", "9", "--max-failures", "1"]
     assert main(argv) == 0
     log = _log(fsdp_run)[before:]
     assert log[0]["event"] == "resume" and log[0]["step"] == 8
+    events = [(r["event"], r["step"]) for r in log if r.get("event")]
+    assert events == [("resume", 8), ("checkpoint", 9), ("preempted", 9), ("resume", 9), ("checkpoint", 10),
+                      ("end", 10)]
+    assert json.loads((fsdp_run / ".sigterm_injected").read_text())["rank"] == 1
     steps = [r for r in log if "loss" in r and not r.get("event")]
-    assert [r["step"] for r in steps] == [9, 10]
+    assert [r["step"] for r in steps] == [9, 10]  # nothing redone: the preemption checkpoint is step 9
     assert all("encode" in r["timings"] and np.isfinite(r["loss"]) for r in steps)
+    assert json.loads((fsdp_run / "step_00000009" / "train_state.json").read_text())["step"] == 9
     final = json.loads((fsdp_run / "step_00000010" / "train_state.json").read_text())
     assert final["step"] == 10 and final["strategy"] == "ddp"
+
+
+def test_training_features_in_a_ray_train_run(latents: Path, work: Path) -> None:
+    """2 FSDP2 workers with accumulation, checkpointing, foreach AdamW, read-back every 3 steps,
+    synced timings, validation loss and a sample grid at step 4."""
+    run = work / "runs" / "features"
+    argv = ["--no-progress", "train", "--data", str(latents), "--storage-path", str(work / "runs"), "--name", "features",
+            "--workers", "2", "--steps", "5", "--batch-size", "2", "--grad-accum", "2", "--grad-checkpointing",
+            "--optimizer", "foreach", "--log-every", "3", "--sync-timings", "--val-every", "4", "--val-rows", "8",
+            "--sample-every", "4", "--checkpoint-every", "5", "--no-export"]
+    assert main(argv) == 0
+    log = _log(run)
+    start = log[0]
+    assert start["event"] == "start" and start["optimizer"] == "foreach" and start["device"] == "cpu"
+    assert start["grad_accum"] == 2 and start["grad_checkpointing"] is True and start["train_flops_per_image"] > 0
+    steps = [r for r in log if "loss" in r and not r.get("event")]
+    assert [r["step"] for r in steps] == [1, 2, 3, 4, 5]
+    assert all(np.isfinite(r["loss"]) and r["mfu"] is None and r["peak_mem_gib"] is None for r in steps)
+    # Steps 1-3 were read back together (--log-every 3): one window, one throughput figure.
+    assert steps[0]["images_per_s"] == steps[1]["images_per_s"] == steps[2]["images_per_s"]
+    assert all(set(r["timings"]) >= {"data_wait", "forward_backward", "optimizer"} for r in steps)
+    validation = [r for r in log if r.get("event") == "validation"]
+    assert [r["step"] for r in validation] == [4] and np.isfinite(validation[0]["val_loss"])
+    order = [(r.get("event"), r["step"]) for r in log]
+    assert order.index((None, 4)) < order.index(("validation", 4))  # step 4's record, then its evaluation
+    grid = run / "samples" / "step_00000004.png"
+    assert validation[0]["grid"] == str(grid) and Image.open(grid).size == (128, 128)  # 4 prompts, 2x2 of 64 px
+    assert json.loads((run / "step_00000005" / "train_state.json").read_text())["step"] == 5

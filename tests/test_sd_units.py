@@ -15,7 +15,8 @@ from PIL import Image
 
 from sd_reference import synth
 from sd_reference.cli import main
-from sd_reference.diffusion import EMA, NoiseSchedule, caption_dropout, ema_decay_at, lr_at
+from sd_reference.diffusion import NoiseSchedule, caption_dropout, dropout_mask, lr_at
+from sd_reference.ema import EMA, ema_decay_at
 from sd_reference.errors import UserError
 from sd_reference.presets import SCHEDULER_CONFIG, get_preset
 from sd_reference.sources import detect
@@ -110,12 +111,30 @@ def test_objective_targets_and_min_snr() -> None:
     noisy, target = sched.noisy_and_target(x0, noise, t)
     a = sched.alphas_cumprod[t].view(-1, 1, 1, 1)
     assert torch.allclose(target, a.sqrt() * noise - (1 - a).sqrt() * x0, atol=1e-5)
-    pred = torch.zeros_like(target)
-    plain = sched.loss(pred, target, t, snr_gamma=0)
-    weighted = sched.loss(pred, target, t, snr_gamma=5.0)
-    assert weighted < plain  # low-noise steps (snr >> 5) are down-weighted
     eps = NoiseSchedule(SCHEDULER_CONFIG, "epsilon")
     assert torch.equal(eps.noisy_and_target(x0, noise, t)[1], noise)
+
+
+@pytest.mark.parametrize("prediction_type", ["epsilon", "v_prediction"])
+def test_min_snr_weight_is_its_formula(prediction_type: str) -> None:
+    """Each sample's loss is weighted by min(SNR, gamma)/SNR (epsilon) or min(SNR, gamma)/(SNR + 1) (v)."""
+    gamma = 5.0
+    t = torch.tensor([0, 10, 300, 500, 999])
+    # SD2's scaled-linear schedule, computed here independently of diffusers.
+    betas = torch.linspace(0.00085**0.5, 0.012**0.5, 1000, dtype=torch.float64) ** 2
+    alpha_bar = torch.cumprod(1 - betas, 0)[t]
+    snr = alpha_bar / (1 - alpha_bar)
+    clipped = torch.clamp(snr, max=gamma)
+    expected = clipped / snr if prediction_type == "epsilon" else clipped / (snr + 1)
+    sched = NoiseSchedule(SCHEDULER_CONFIG, prediction_type)
+    # A prediction off by 1 everywhere: each sample's plain MSE is 1, so its loss is its weight.
+    target = torch.randn(len(t), 4, 8, 8)
+    per_sample = torch.stack([sched.loss(target[i:i + 1] + 1, target[i:i + 1], t[i:i + 1], gamma) for i in range(len(t))])
+    assert torch.allclose(per_sample.double(), expected, rtol=1e-4), (per_sample, expected)
+    assert sched.loss(target + 1, target, t, gamma).item() == pytest.approx(expected.mean().item(), rel=1e-4)
+    assert sched.loss(target + 1, target, t, 0.0).item() == pytest.approx(1.0)  # gamma 0: unweighted
+    # The weights differ by type where it matters: at t=999 (SNR ~ 0.005) epsilon keeps 1, v nearly 0.
+    assert expected[-1] == pytest.approx(1.0 if prediction_type == "epsilon" else snr[-1] / (snr[-1] + 1))
 
 
 def test_ema_lr_and_caption_dropout() -> None:
@@ -128,9 +147,12 @@ def test_ema_lr_and_caption_dropout() -> None:
     assert ema_decay_at(0, 0.9999) == pytest.approx(0.1) and ema_decay_at(10**7, 0.9999) == 0.9999
     assert lr_at(0, 1e-3, 10) == pytest.approx(1e-4) and lr_at(50, 1e-3, 10) == 1e-3
     emb, uncond = torch.ones(1000, 2, 3), torch.zeros(2, 3)
-    out = caption_dropout(emb, uncond, 0.1, torch.Generator().manual_seed(0))
-    dropped = (out.sum(dim=(1, 2)) == 0).float().mean().item()
-    assert 0.06 < dropped < 0.14 and emb.sum() == 6000  # input untouched
+    drop = dropout_mask(1000, 0.1, torch.Generator().manual_seed(0))
+    assert drop is not None and dropout_mask(1000, 0.0, torch.Generator()) is None
+    out = caption_dropout(emb, uncond, drop)
+    dropped = out.sum(dim=(1, 2)) == 0
+    assert 0.06 < dropped.float().mean().item() < 0.14 and emb.sum() == 6000  # input untouched
+    assert torch.equal(dropped, drop)  # exactly the drawn rows, nothing else
 
 
 def _one_error_line(capsys: pytest.CaptureFixture[str], argv: list[str], expect: str) -> None:

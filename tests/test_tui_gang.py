@@ -9,7 +9,8 @@ from test_gang_classes import ALL_REDUCE, PAUSED, SLEEPING, worker
 from textual.widgets import Static
 from tui_support import FakeGateway, record, until
 
-from raydbg.gang import classes
+from raydbg.client import GatewayError
+from raydbg.gang import classes, pause_target
 from raydbg.tui.app import create_app
 from raydbg.tui.gang_view import ClassDetail, GangScreen, SnapshotDetail
 from raydbg.tui.row_table import RowTable
@@ -136,6 +137,9 @@ class PauseFake(StacksFake):
     async def pause(self, target: str, job: str | None = None, wait_s: float = 5.0) -> dict[str, Any]:
         self._check()
         self.paused.append((target, job))
+        parsed = pause_target.parse(target)
+        if parsed.kind == "class":  # the gateway takes the stacks anew: on a running program the id is gone
+            raise GatewayError(pause_target.not_found(parsed))
         return {"target": target, "node_id": "n1", "pid": 11, "thread": "TrainingThread(x)", "session": self.session}
 
 
@@ -153,17 +157,47 @@ def running_run() -> list[dict[str, Any]]:
     return [worker(r, ALL_REDUCE if r else SLEEPING) for r in range(3)]
 
 
-async def test_p_on_a_class_pauses_its_representative_and_attaches() -> None:
-    gw = PauseFake(answer_of(running_run()), record("sess0000000p", time.time(), train_rank=0, reason="pause"))
+async def test_p_on_a_class_pauses_its_first_member_by_rank_never_by_class_id() -> None:
+    gw = PauseFake(answer_of(running_run()), record("sess0000000p", time.time(), train_rank=1, reason="pause"))
     app = create_app(gw, refresh=0.05)
     requested: list[str] = []
     app.open_debug = requested.append  # type: ignore[method-assign]
     async with app.run_test(size=(100, 30)) as pilot:
         await open_gang_view(pilot, app, pick_run=True)  # the run's classes, the odd one (rank 0) first
-        first = table(app, "gang-classes").row_keys[0]
-        await pilot.press("p")
+        assert table(app, "gang-classes")._rows[table(app, "gang-classes").row_keys[1]][0] == "ranks 1-2"
+        await pilot.press("down", "p")  # the class of ranks 1-2: its first member, rank 1
         await until(pilot, lambda: requested == ["sess0000000p"])
-        assert gw.paused == [(first, "01000000")]
+        assert gw.paused == [("train-x:1", "01000000")]
+
+
+async def test_p_on_a_class_of_plain_workers_pauses_its_first_member_by_pid() -> None:
+    gw = PauseFake(answer_of(held_run()), record("sess0000000q", time.time(), pid=77, reason="pause"))
+    app = create_app(gw, refresh=0.05)
+    requested: list[str] = []
+    app.open_debug = requested.append  # type: ignore[method-assign]
+    async with app.run_test(size=(100, 30)) as pilot:
+        await open_gang_view(pilot, app)
+        await pilot.press("down", "down", "enter")  # job 01000000: its classes, the sleeping task's among them
+        await until(pilot, lambda: len(table(app, "gang-classes").row_keys) == 3)
+        classes_table = table(app, "gang-classes")
+        row = next(i for i, k in enumerate(classes_table.row_keys) if classes_table._rows[k][0] == "pid 77")
+        classes_table.move_cursor(row)
+        await pilot.press("p")
+        await until(pilot, lambda: requested == ["sess0000000q"])
+        assert gw.paused == [("77", "01000000")]  # node "n1" is no node id prefix: the pid alone
+
+
+def test_a_class_member_is_named_by_rank_or_node_and_pid() -> None:
+    from raydbg.tui.gang_view import member_target
+
+    node = "ab" * 28
+    w = worker(None, SLEEPING, run=None, pid=77, node=node)
+    cls = classes.group([w])[0]
+    assert member_target(cls, [w]) == (f"{node[:12]}:77", "01000000")
+    assert pause_target.parse(f"{node[:12]}:77").kind == "pid"  # what the gateway reads it as
+    r = worker(3, SLEEPING)
+    assert member_target(classes.group([r])[0], [r]) == ("train-x:3", "01000000")
+    assert member_target({"members": []}, []) is None
 
 
 async def test_p_on_a_rank_blocked_in_c_shows_its_snapshot_with_locals() -> None:

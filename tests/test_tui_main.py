@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 from textual.widgets import Input
@@ -12,6 +13,7 @@ from raydbg.tui.app import RaydbgApp, create_app
 from raydbg.tui.cluster import ClusterPane
 from raydbg.tui.events import EventDetail, EventsPane
 from raydbg.tui.help_screen import HelpScreen
+from raydbg.tui.main_screen import runs_line
 from raydbg.tui.messages import AttachRequested
 from raydbg.tui.row_table import RowTable
 from raydbg.tui.sessions import SessionsPane
@@ -112,6 +114,34 @@ async def test_cluster_and_events_panes(gateway: FakeGateway) -> None:
         assert isinstance(app.screen, EventDetail)
         await pilot.press("escape")
         assert not isinstance(app.screen, EventDetail)
+
+
+def steps_run(name: str, ranks: int, step: int, stragglers: list[int] | None = None) -> dict[str, Any]:
+    return {"job_id": "01000000", "train_run": name, "stragglers": stragglers or [],
+            "ranks": [{"world_rank": r, "step": step - (r % 2), "last_progress_s": 1.0 + r} for r in range(ranks)]}
+
+
+def test_runs_line_names_each_run_and_the_key() -> None:
+    assert runs_line(None) == "g: gang view (stacks, ranks, pause)"
+    assert runs_line([]).startswith("no Train run running · g: gang view")
+    line = runs_line([steps_run("ddp-a", 4, 32, [2]), steps_run("fsdp-b", 1, 5)])
+    assert line == ("Train runs: ddp-a (4 ranks, step 32, 1s ago, straggler: rank 2), fsdp-b (1 rank, step 5, 1s ago)"
+                    " · g: gang view (stacks, ranks, pause)")
+
+
+async def test_the_main_screen_shows_running_train_runs_and_g_opens_them(gateway: FakeGateway) -> None:
+    from raydbg.tui.gang_view import GangScreen
+
+    app = create_app(gateway, refresh=0.05)
+    async with app.run_test(size=(100, 30)) as pilot:
+        runs = app.screen.query_one("#runs")
+        await until(pilot, lambda: "no Train run running" in str(runs.render()))
+        gateway.runs_list = [steps_run("ddp-a", 2, 7)]
+        # Live: a run that starts shows without a key press.
+        await until(pilot, lambda: "Train runs: ddp-a (2 ranks, step 7" in str(runs.render()))
+        assert "g: gang view" in str(runs.render())
+        await pilot.press("g")
+        await until(pilot, lambda: isinstance(app.screen, GangScreen))
 
 
 async def test_gateway_down_is_shown_and_retried(gateway: FakeGateway) -> None:

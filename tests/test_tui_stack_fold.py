@@ -17,7 +17,7 @@ from raydbg.tui.app import create_app
 from raydbg.tui.console import ConsoleView, HistoryInput
 from raydbg.tui.debug_screen import DebugScreen
 from raydbg.tui.main_screen import MainScreen
-from raydbg.tui.stack_view import StackView, rows
+from raydbg.tui.stack_view import StackView, focus_index, rows
 
 SID = "fold00000001"
 
@@ -88,6 +88,19 @@ def test_rows_fold_runs_of_library_frames_but_not_the_selected_or_innermost() ->
     raydbg_own = [frame("work", "/app/a.py"), frame("run", str(Path(__file__).parents[1] / "raydbg/worker/hook.py")),
                   frame("_raylet", lib), frame("outer", "/app/a.py")]
     assert rows(raydbg_own, True) == [("frame", [0]), ("fold", [1, 2]), ("frame", [3])]
+
+
+def test_the_frame_a_sessions_record_names_is_the_one_focused_on_attach() -> None:
+    def frame(name: str, path: str, line: int) -> dict[str, object]:
+        return {"id": line, "name": name, "line": line, "column": 1, "source": {"path": path}}
+
+    decoder = "/usr/lib/python3.11/json/decoder.py"
+    frames = [frame("raw_decode", decoder, 355), frame("decode", decoder, 337), frame("load_config", "/app/cfg.py", 12)]
+    post_mortem = {"reason": "exception", "file": "/app/cfg.py", "line": 12}  # the user's line, not the raise
+    assert focus_index(frames, post_mortem) == 2
+    assert focus_index(frames, {"file": "/elsewhere/cfg.py", "line": 12}) == 2  # a path mapped elsewhere
+    assert focus_index(frames, {"file": "/app/cfg.py", "line": 13}) == 0  # not in the stack: the top
+    assert focus_index(frames, {}) == 0
 
 
 async def test_library_frames_fold_f_shows_them_e_opens_the_console(

@@ -84,6 +84,7 @@ class FakeGateway:
         self.sessions_list: list[dict[str, Any]] = []
         self.nodes_list: list[dict[str, Any]] = []
         self.events_list: list[dict[str, Any]] = []
+        self.runs_list: list[dict[str, Any]] = []  # the steps answer's runs (the main screen's runs line)
         self.dap_ports: dict[str, int] = {}
         self.failure: str | None = None
         self.calls = 0
@@ -111,6 +112,10 @@ class FakeGateway:
     async def events(self, limit: int = 100) -> list[dict[str, Any]]:
         self._check()
         return list(self.events_list)[:limit]
+
+    async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
+        self._check()
+        return {"runs": list(self.runs_list), "errors": []}
 
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]:
         self._check()

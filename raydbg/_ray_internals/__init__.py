@@ -15,6 +15,7 @@ imports a private Ray module or reads `_x` of a Ray name.
   task_start.py      the memory start gate around every normal task of a worker
   activation.py      a worker's setup hook and first function, a driver's connect and shutdown
   process.py         this process as Ray knows it: mode, session dir, node, running task
+  running_code.py    what this worker runs: task functions, actor classes, a Train run's loop
   post_mortem.py     Ray's task-error path routed to raydbg
   gcs.py             GCS without ray.init: client, GlobalState, task events, live actors
   authentication.py  Ray's own token, and whether this Ray has token authentication
@@ -56,6 +57,8 @@ from raydbg._ray_internals.process import (
     session_dir,
     worker_mode,
 )
+from raydbg._ray_internals.running_code import objects as running_objects
+from raydbg._ray_internals.running_code import signature as running_signature
 from raydbg._ray_internals.task_start import gate_task_functions
 from raydbg._ray_internals.task_submit import (
     default_task_max_retries,
@@ -112,6 +115,8 @@ __all__ = [
     "node_identity",
     "ray_auth_token",
     "route_post_mortem",
+    "running_objects",
+    "running_signature",
     "session_dir",
     "task_tracing_enabled",
     "train_run_records",

@@ -16,24 +16,29 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from raydbg import _torch_internals
 from raydbg.gang import collectives
 
 
-def local_view() -> dict[str, Any] | None:
-    """{group: {"started", "completed", "recent"}} of this process; None when it is in no torch
-    group or Flight Recorder is off."""
+def _recorded(read: Callable[[], list[dict[str, Any]] | None]) -> list[dict[str, Any]] | None:
+    """`read()`'s entries when this process is in a torch group with Flight Recorder on; else
+    (or when torch raises) None: a stack request or a reader never fails for want of collectives."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not os.environ.get("TORCH_FR_BUFFER_SIZE"):
         return None
     try:
-        if not dist.is_initialized():
-            return None
-        entries = _torch_internals.fr_entries()
+        return read() if dist.is_initialized() else None
     except Exception:
-        return None  # a stack request never fails for want of collectives
+        return None
+
+
+def local_view() -> dict[str, Any] | None:
+    """{group: {"started", "completed", "recent"}} of this process; None when it is in no torch
+    group or Flight Recorder is off."""
+    entries = _recorded(_torch_internals.fr_entries)
     if entries is None:
         return None
     return collectives.rank_view({"entries": entries}, time.time_ns())  # {}: in a group, no collective yet
@@ -56,3 +61,10 @@ def local_groups() -> dict[str, Any]:
     except Exception:
         pass  # a stack request never fails for want of groups
     return out
+
+
+def entries() -> list[dict[str, Any]] | None:
+    """Every entry of this process's rings, completed collectives included and without their stacks:
+    the arrival times of raydbg/gang/arrival_reader.py. None when the process is in no torch group
+    or Flight Recorder is off."""
+    return _recorded(_torch_internals.fr_arrival_entries)

@@ -1,8 +1,11 @@
 """Which stack frames are the user's and which are library internals; collective detection (pure).
 
-One place decides what a stack report folds away: the standard library, installed
-packages (Ray, torch, debugpy...), raydbg itself and native frames. What is left is
-the user's code, which is what a class summary names.
+One place decides what a stack report folds away: raydbg/user_code.py's rule (the standard
+library, installed packages, raydbg itself, native frames and pseudo-files such as
+`<string>` are not the user's, unless the job's own package lies there). A worker marks the
+frames its roots make the user's (`"user": true`, raydbg/worker/user_roots.py); other
+frames are judged by path and this process's RAYDBG_USER_CODE. What is left is the user's
+code, which is what a class summary names.
 """
 
 from __future__ import annotations
@@ -12,14 +15,9 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-Frame = dict[str, Any]  # {"function", "file", "line"}
+from raydbg import user_code
 
-_RAYDBG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_STDLIB = re.compile(r"/lib/python3\.\d+/")
-# raydbg installed elsewhere than here (another node's checkout): its subpackages by name.
-_RAYDBG_ELSEWHERE = re.compile(r"/raydbg/(worker|agent|gang|dap|memory|telemetry)/")
-_LIBRARY_MARKS = ("/site-packages/", "/dist-packages/")
-_NATIVE_SUFFIXES = (".so", ".dylib", ".dll")
+Frame = dict[str, Any]  # {"function", "file", "line", "user"?}
 
 # torch.distributed (and ray.util.collective) calls that block until peers join.
 COLLECTIVES = frozenset({
@@ -39,23 +37,21 @@ _NATIVE_COLLECTIVE = re.compile(r"gloo::|nccl|c10d::|ProcessGroupGloo|ProcessGro
 
 
 def is_native(frame: Frame) -> bool:
-    file = str(frame.get("file") or "")
-    return file.endswith(_NATIVE_SUFFIXES) or ".so." in file or not frame.get("line")
+    return user_code.is_native_file(str(frame.get("file") or "")) or not frame.get("line")
 
 
 def is_raydbg(frame: Frame) -> bool:
-    file = str(frame.get("file") or "")
-    return file.startswith(_RAYDBG_DIR) or bool(_RAYDBG_ELSEWHERE.search(file))
+    return user_code.is_raydbg_file(str(frame.get("file") or ""))
 
 
 def is_internal(frame: Frame) -> bool:
-    """True for frames a user did not write: stdlib, installed packages, raydbg, native code."""
+    """True for frames a user did not write (see the module docstring)."""
+    if is_native(frame):
+        return True
     file = str(frame.get("file") or "")
-    if is_native(frame) or file.startswith("<frozen"):
-        return True
-    if is_raydbg(frame):
-        return True
-    return any(m in file for m in _LIBRARY_MARKS) or bool(_STDLIB.search(file))
+    if frame.get("user") is True:  # the worker's roots say so; the exclusions still hold
+        return user_code.is_pseudo(file) or user_code.is_raydbg_file(file)
+    return not user_code.is_user_file(file)
 
 
 def short_name(function: str) -> str:

@@ -3,7 +3,10 @@
 The stacks thread (cooperative.py) calls `request()` when the node's agent asks. The thread
 chosen is the one a stack class is decided by (classes.main_thread: a Train rank's training
 thread, else the one with the most user frames). It is armed (worker/thread_trace.py) and
-stops at its next line in a frame of user code, where it becomes an ordinary session.
+stops at its next line in a frame of user code (raydbg/user_code.py's rule with this worker's
+roots: the job's own package counts wherever it is installed; a generated `<string>` frame or a
+library frame never does, so the thread stops once back in the user's code from them), where
+it becomes an ordinary session.
 A thread still in C after GRACE_S (0.25 s: a collective wait, a sleep, a lock) is listed at once
 as a snapshot (its frames with their locals) and becomes the session, under the same id,
 when it returns to Python. A `raydbg continue` of the snapshot disarms it and removes the
@@ -22,9 +25,9 @@ from typing import Any
 
 from raydbg import config, registry
 from raydbg.gang import classes, own_threads
-from raydbg.gang.frames import is_internal, user_frames
+from raydbg.gang.frames import user_frames
 from raydbg.records import SessionRecord
-from raydbg.worker import resume, session, thread_trace
+from raydbg.worker import resume, session, thread_trace, user_roots
 
 log = logging.getLogger("raydbg.worker")
 
@@ -36,10 +39,6 @@ REASON = "pause"
 
 _lock = threading.Lock()
 _armed: dict[int, thread_trace.Armed] = {}  # thread ident -> its pending pause
-
-
-def _user_code(frame: FrameType) -> bool:
-    return not is_internal({"file": frame.f_code.co_filename, "line": frame.f_lineno})
 
 
 class _Pending:
@@ -89,8 +88,13 @@ def request() -> dict[str, Any]:
         if ident in _armed:
             return {"thread": thread.name, "pending": True}
         pending = _Pending(thread)
+        roots = user_roots.current()
+
+        def wanted(frame: FrameType) -> bool:
+            return roots.is_user(frame.f_code.co_filename)
+
         try:
-            armed = thread_trace.arm(ident, _user_code, pending.fire)
+            armed = thread_trace.arm(ident, wanted, pending.fire)
         except thread_trace.NoToolId as exc:  # answered at once: the CLI prints why
             return {"error": str(exc)}
         if armed is None:

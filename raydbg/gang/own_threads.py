@@ -1,4 +1,8 @@
-"""This process's threads as the stacks contract's dicts: id, name, paused by raydbg, idle, frames innermost first."""
+"""This process's threads as the stacks contract's dicts: id, name, paused by raydbg, idle, frames innermost first.
+
+A frame the worker's user-code roots make the user's, where its path alone would not (the
+team's trainer installed in site-packages), carries `"user": true` (raydbg/user_code.py).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,13 @@ import threading
 from typing import Any
 
 from raydbg.gang.frames import Frame, looks_idle
+from raydbg.worker import user_roots
 
 
 def threads(interrupted: Any = None, skip_self: bool = False) -> list[dict[str, Any]]:
     """`interrupted`: the frame a signal handler interrupted, for the calling thread's stack;
     `skip_self`: leave the calling thread out (the stacks thread, taking the snapshot)."""
+    roots = user_roots.current()
     paused: set[int] = set()
     debugger = sys.modules.get("raydbg.worker.debugger")
     if debugger is not None:
@@ -26,8 +32,11 @@ def threads(interrupted: Any = None, skip_self: bool = False) -> list[dict[str, 
         frame = (interrupted or top.f_back) if ident == me else top  # not our own frames
         while frame is not None:
             code = frame.f_code  # the qualified name, as py-spy gives it (Class.method)
-            frames.append({"function": getattr(code, "co_qualname", code.co_name), "file": code.co_filename,
-                           "line": frame.f_lineno})
+            entry: Frame = {"function": getattr(code, "co_qualname", code.co_name), "file": code.co_filename,
+                            "line": frame.f_lineno}
+            if roots.adds(code.co_filename):
+                entry["user"] = True
+            frames.append(entry)
             frame = frame.f_back
         thread = known.get(ident)
         out.append({"thread_id": ident, "native_id": getattr(thread, "native_id", None),

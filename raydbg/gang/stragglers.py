@@ -1,15 +1,24 @@
-"""Per-rank step times and straggler decisions (pure): which rank keeps working longer than the others.
+"""Per-rank step times and straggler decisions (pure): which rank keeps the others waiting, step after step.
 
 The input is the node-merged progress records (raydbg/progress_records.py): each rank's
-record carries the work time of its recent steps (`busy_s`, from the end of one sync point
-to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray Data's
-batch iterators, `raydbg.data_wait()`) and the step number of the newest. Steps line up across ranks
-by number. A rank straggles when, for each of the last `steps` steps that every rank has
-recorded, its work time is above `factor` x the median of the others' and at least
-`min_extra_s` longer. That leaves out a uniform slowdown (the median rises with it), a
-single slow step, and steps too short to tell apart. A paused run is not judged (a rank
-paused by raydbg is slow by design). One event per straggling rank until it catches up.
-The service that feeds this and records the events is raydbg/gang/hang_service.py.
+record carries, for its recent steps, the work time (`busy_s`, from the end of one sync
+point to the arrival at the next), the part of it spent waiting for data (`data_s`: Ray
+Data's batch iterators, `raydbg.data_wait()`), the time in the sync point itself (`wait_s`)
+and, in a torch group with Flight Recorder on, its arrival times at the step's collectives
+(`arr`, raydbg/gang/arrivals.py). Steps line up across ranks by number.
+
+A rank's *work* in a step is its work time less what it waited at the step's collectives
+for later ranks: in DDP or FSDP the others wait for a late rank inside their own step
+(the gradient all_reduce, the all_gathers), so their work times alone look the same. A
+rank straggles when, for each of the last `steps` steps every rank has recorded (with
+arrivals on every rank, or on none), its work is above `factor` x the median of the
+others' and at least `min_extra_s` longer. That leaves out a uniform slowdown (the median
+rises with it), a single slow step, and steps too short to tell apart. Per rank and step,
+"waited for others" (its wait at the step's collectives and at the sync point) and
+"others waited for it" (the others' wait at them for it alone) show who holds whom. A
+paused run is not judged (a rank paused by raydbg is slow by design). One event per
+straggling rank until it catches up. The service that feeds this and records the events
+is raydbg/gang/hang_service.py.
 """
 
 from __future__ import annotations
@@ -22,6 +31,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from raydbg import progress_records
+from raydbg.gang.step_table import RankSteps, RunSteps, step_times
+
+__all__ = ["RankSteps", "RunSteps", "Settings", "StragglerDecider", "describe", "judge", "message", "step_times",
+           "steps_view"]
 
 RunKey = tuple[str, str]  # (job_id, train_run)
 
@@ -50,29 +63,18 @@ class Settings:
                    min_extra_s=read("RAYDBG_STRAGGLER_MIN_EXTRA_S", d.min_extra_s, 0.0))
 
 
-def step_times(rec: dict[str, Any], field: str = "busy_s") -> dict[int, float]:
-    """{step number: seconds} of one record's recent steps (the newest is `step`): their work
-    time (`busy_s`), or the part of it spent waiting for data (`data_s`)."""
-    times = rec.get(field)
-    if not isinstance(times, list) or not times:
-        return {}
-    newest = int(rec.get("step") or 0)
-    first = newest - len(times) + 1
-    return {first + i: float(t) for i, t in enumerate(times)}
-
-
-def data_split(ranks: dict[int, dict[str, Any]], rank: int, steps: list[int]) -> dict[str, float] | None:
-    """Where a straggler's work time went over `steps`: its median wait for data and compute,
+def data_split(steps: dict[int, RankSteps], rank: int, last: list[int]) -> dict[str, float] | None:
+    """Where a straggler's work went over the steps `last`: its median wait for data and compute,
     and the others' (medians over ranks of their medians); None without data marks."""
     def medians(r: int) -> tuple[float, float] | None:
-        busy, data = step_times(ranks[r]), step_times(ranks[r], "data_s")
-        if not all(s in data and s in busy for s in steps):
+        work, data = steps[r].work, steps[r].data
+        if not all(s in data and s in work for s in last):
             return None
-        return (statistics.median(data[s] for s in steps),
-                statistics.median(busy[s] - data[s] for s in steps))
+        return (statistics.median(data[s] for s in last),
+                statistics.median(max(0.0, work[s] - data[s]) for s in last))
 
     mine = medians(rank)
-    others = [m for r in ranks if r != rank and (m := medians(r)) is not None]
+    others = [m for r in steps if r != rank and (m := medians(r)) is not None]
     if mine is None or not others or (mine[0] == 0 and all(o[0] == 0 for o in others)):
         return None  # no step of any rank waited in a marked data wait: nothing to split
     return {"data_wait_s": round(mine[0], 4), "compute_s": round(mine[1], 4),
@@ -103,14 +105,24 @@ def median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, Any]]:
-    """The ranks that straggle over the last `s.steps` common steps, with the figures that show it."""
+def judged_steps(work: dict[int, dict[int, float]], s: Settings) -> list[int]:
+    """The last `s.steps` steps every rank has work for; [] when there are fewer (nothing to judge yet)."""
+    if len(work) < 2:
+        return []
+    common = set.intersection(*(set(w) for w in work.values()))
+    last = sorted(common)[-s.steps:]
+    return last if len(last) == s.steps else []
+
+
+def judge(ranks: dict[int, dict[str, Any]], s: Settings, run: RunSteps | None = None) -> dict[int, dict[str, Any]]:
+    """The ranks that straggle over the last `s.steps` common steps, with their work against the
+    others' (`describe` adds the rest, for an event)."""
     if len(ranks) < 2:
         return {}
-    times = {rank: step_times(rec) for rank, rec in ranks.items()}
-    common = set.intersection(*(set(t) for t in times.values()))
-    last = sorted(common)[-s.steps:]
-    if len(last) < s.steps:
+    run = RunSteps(ranks, newest=s.steps) if run is None else run
+    times = run.work
+    last = judged_steps(times, s)
+    if not last:
         return {}
     by_step = {step: sorted(t[step] for t in times.values()) for step in last}
     found = {}
@@ -120,13 +132,19 @@ def judge(ranks: dict[int, dict[str, Any]], s: Settings) -> dict[int, dict[str, 
                for step, med in zip(last, medians, strict=True)):
             found[rank] = {
                 "steps": last,
-                "busy_s": [mine[step] for step in last],
+                "busy_s": [round(mine[step], 4) for step in last],
                 "others_median_s": [round(m, 4) for m in medians],
                 "ratio": round(statistics.median(mine[step] / m if m > 0 else float("inf")
                                                  for step, m in zip(last, medians, strict=True)), 2),
-                "data": data_split(ranks, rank, last),
             }
     return found
+
+
+def describe(run: RunSteps, rank: int, last: list[int]) -> dict[str, Any]:
+    """A straggler's figures besides its work: the others' wait for it per step, its clock, its data split."""
+    figures = run.figures()
+    return {"others_waited_s": [figures[rank].late.get(step) for step in last], "clock": figures[rank].clock,
+            "data": data_split(figures, rank, last)}
 
 
 class StragglerDecider:
@@ -144,16 +162,27 @@ class StragglerDecider:
             if run in paused:
                 still |= {k for k in self.flagged if k[0] == run}  # judged again once it runs
                 continue
-            for rank, figures in judge(ranks, self.settings).items():
+            steps = RunSteps(ranks, newest=self.settings.steps)
+            if not judged_steps(steps.work, self.settings):
+                # Too few steps every rank has figures for (arrivals not read yet on one): not a catch-up.
+                still |= {k for k in self.flagged if k[0] == run}
+                continue
+            for rank, figures in judge(ranks, self.settings, steps).items():
                 still.add((run, rank))
                 if (run, rank) in self.flagged:
                     continue
                 rec = ranks[rank]
                 out.append({"job_id": run[0], "train_run": run[1], "world_rank": rank,
                             "world_size": rec.get("world_size"), "node_id": rec.get("node_id"),
-                            "pid": rec.get("pid"), "factor": self.settings.factor, **figures})
+                            "pid": rec.get("pid"), "factor": self.settings.factor, **figures,
+                            **describe(steps, rank, figures["steps"])})
         self.flagged = still  # a rank that caught up (or whose run ended) may be flagged again
         return out
+
+
+def _median(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.median(known), 4) if known else None
 
 
 def message(found: dict[str, Any]) -> str:
@@ -162,6 +191,9 @@ def message(found: dict[str, Any]) -> str:
     text = (f"Train run {found['train_run']} (job {found['job_id']}): rank {found['world_rank']} worked "
             f"{found['ratio']}x as long as the others' median for the last {len(found['steps'])} steps "
             f"({mine:.2f}s vs {others:.2f}s a step)")
+    held = _median([t for t in found.get("others_waited_s") or [] if t is not None]) or 0.0
+    if held > 0:
+        text += f"; the others waited {held:.2f}s a step for it"
     split = found.get("data")
     if split:
         extra_data = split["data_wait_s"] - split["others_data_wait_s"]
@@ -174,25 +206,27 @@ def message(found: dict[str, Any]) -> str:
 
 def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = None, run: str | None = None,
                settings: Settings | None = None) -> list[dict[str, Any]]:
-    """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent step times."""
+    """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent steps: work
+    (`busy_s`), waited for others (`wait_s`), others waited for it (`late_s`), data wait (`data_s`)."""
     settings = settings or Settings.from_env()
     out = []
     for (job_id, name), ranks in sorted(train_ranks(beats).items()):
         if (job and job != job_id) or (run and run != name):
             continue
-        slow = judge(ranks, settings)
+        steps = RunSteps(ranks)
+        slow = judge(ranks, settings, steps)
+        figures = steps.figures()
         rows = []
         for rank, rec in sorted(ranks.items()):
-            busy = [float(t) for t in rec.get("busy_s") or []]
-            wait = [float(t) for t in rec.get("wait_s") or []]
-            data = [float(t) for t in rec.get("data_s") or []]
+            st = figures[rank]
+            order = sorted(st.work)
+            lists: dict[str, list[float | None]] = {
+                "busy_s": [st.work[k] for k in order], "wait_s": [st.waited[k] for k in order],
+                "late_s": [st.late[k] for k in order], "data_s": [st.data.get(k) for k in order]}
             rows.append({"world_rank": rank, "node_id": rec.get("node_id"), "pid": rec.get("pid"),
                          "step": rec.get("step"), "last_progress_s": round(max(0.0, now - float(rec.get("ts", 0))), 1),
-                         "busy_s": busy, "wait_s": wait, "data_s": data,
-                         "busy_median_s": round(statistics.median(busy), 4) if busy else None,
-                         "wait_median_s": round(statistics.median(wait), 4) if wait else None,
-                         "data_median_s": round(statistics.median(data), 4) if data else None,
-                         "straggler": rank in slow})
+                         "steps": order, **lists, **{f"{k[:-2]}_median_s": _median(v) for k, v in lists.items()},
+                         "clock": st.clock, "straggler": rank in slow})
         out.append({"job_id": job_id, "train_run": name, "ranks": rows,
                     "stragglers": sorted(slow), "factor": settings.factor, "steps": settings.steps})
     return out

@@ -22,7 +22,7 @@ from raydbg.tui.format import last_line
 from raydbg.tui.gateway import TuiGateway
 from raydbg.tui.messages import DapClosed, DapEvent, EvaluateRequested, FrameSelected
 from raydbg.tui.source_view import SourceView
-from raydbg.tui.stack_view import StackView
+from raydbg.tui.stack_view import StackView, focus_index
 from raydbg.tui.variables_view import VariablesView, VarRef
 
 STEPS = {"continue": "continue", "next": "next", "step_in": "stepIn", "step_out": "stepOut"}
@@ -120,7 +120,7 @@ class DebugScreen(Screen[None]):
             )
             return
         self.controller.stopped(stopped)
-        await self._show_position()
+        await self._show_position(focus=True)
 
     async def _wait_attachable(self, limit: float = 15.0) -> None:
         deadline = time.monotonic() + limit
@@ -135,11 +135,14 @@ class DebugScreen(Screen[None]):
     async def show_position(self) -> None:
         await self._show_position()
 
-    async def _show_position(self) -> None:
+    async def _show_position(self, focus: bool = False) -> None:
+        """The stopped thread's stack and its frame: at attach, the frame the session's record
+        names (a post-mortem's is the user's line, not the library's that raised), else the top."""
         try:
             frames = await self.controller.load_stack()
-            self.query_one(StackView).show(frames, 0)
-            await self._show_frame(0)
+            index = focus_index(frames, self.record or {}) if focus else 0
+            self.query_one(StackView).show(frames, index)
+            await self._show_frame(index)
         except Exception as exc:
             self.console_error(exc)
         self.set_state("paused")

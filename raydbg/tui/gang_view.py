@@ -7,8 +7,8 @@ place last); the middle one the chosen target's stack classes, odd ones first. E
 attaches to a paused rank in it (the sessions pane's attach path: an AttachRequested
 message) or, when none is paused, shows its full stack. For a run, the bottom table
 has one row per rank: its state, the collective it is in, its recent step times
-(refreshed every STEPS_EVERY_S), stragglers marked. `p` on a class (its representative)
-or a rank pauses it (`raydbg pause`) and attaches; a rank blocked in C shows its
+(refreshed every STEPS_EVERY_S), stragglers marked. `p` on a class (its first member, by
+rank or pid: a class id changes as the stacks do) or a rank pauses it (`raydbg pause`) and attaches; a rank blocked in C shows its
 snapshot (frames and locals) instead, and Enter attaches once it is paused.
 """
 
@@ -123,14 +123,33 @@ def rank_rows(run: dict[str, Any] | None, steps: dict[str, Any] | None) -> list[
     return rows
 
 
-def pause_target(table_id: str | None, key: str | None, run: tuple[str, str] | None) -> str | None:
-    """What `p` pauses: the highlighted class (its id stands for its first member) or rank (pure)."""
+def member_target(cls: dict[str, Any], workers: list[dict[str, Any]]) -> tuple[str, str | None] | None:
+    """A stack class's first member as `raydbg pause` names it, and its job (pure): `RUN:RANK` for a
+    Train rank, else `NODE:PID`. Never the class id, which changes as the stacks do."""
+    members = cls.get("members") or []
+    if not members:
+        return None
+    first = members[0]
+    worker = next((w for w in workers if (w.get("node_id"), w.get("pid")) == (first.get("node_id"), first.get("pid"))),
+                  {})
+    job = str(worker["job_id"]) if worker.get("job_id") else None
+    if first.get("world_rank") is not None and worker.get("train_run"):
+        return f"{worker['train_run']}:{first['world_rank']}", job
+    node = str(first.get("node_id") or "")
+    return (f"{node[:12]}:{first['pid']}" if len(node) >= 8 else str(first["pid"])), job
+
+
+def pause_target(table_id: str | None, key: str | None, run: tuple[str, str] | None,
+                 shown: list[dict[str, Any]], workers: list[dict[str, Any]]) -> tuple[str, str | None] | None:
+    """What `p` pauses, and in which job: the highlighted class's first member, read from the
+    class as shown when the key is pressed, or the highlighted rank (pure)."""
     if key is None:
         return None
     if table_id == "gang-classes":
-        return key
+        cls = next((c for c in shown if c["id"] == key), None)
+        return None if cls is None else member_target(cls, workers)
     if table_id == "gang-ranks" and run is not None and key.startswith("rank"):
-        return f"{run[1]}:{key[4:]}"
+        return f"{run[1]}:{key[4:]}", run[0]
     return None
 
 
@@ -238,18 +257,20 @@ class GangScreen(Screen[None]):
     def action_pause(self) -> None:
         focused = self.focused
         table = focused if isinstance(focused, RowTable) else None
-        target = pause_target(table.id if table else None, table.cursor_key if table else None, self._run_target())
+        picked = pause_target(table.id if table else None, table.cursor_key if table else None, self._run_target(),
+                              self.shown, self.shown_workers)
         status = self.query_one("#gang-status", Static)
-        if target is None:
+        if picked is None:
             status.update("gang view · p pauses the highlighted stack class or rank: pick one first")
             return
+        target, job = picked
         status.update(f"gang view · pausing {target}…")
-        self.pause_worker(target, self._run_target())
+        self.pause_worker(target, job)
 
     @work(exclusive=True, group="pause")
-    async def pause_worker(self, target: str, run: tuple[str, str] | None) -> None:
+    async def pause_worker(self, target: str, job: str | None) -> None:
         try:
-            answer = await self.gateway.pause(target, job=run[0] if run else None)
+            answer = await self.gateway.pause(target, job=job)
         except Exception as exc:  # the gateway's one line (not ours, another user's, no such rank)
             self.post_message(PauseAnswered(target, None, str(exc)))
             return

@@ -26,6 +26,8 @@ class TuiGateway(Protocol):
 
     async def connect_dap(self, sid: str) -> tuple[ByteReader, ByteWriter]: ...
 
+    async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]: ...
+
 
 class HttpGateway(Gateway):
     """``raydbg.client.Gateway`` (every endpoint, breakpoints included) plus the DAP relay as a byte stream."""

@@ -1,8 +1,10 @@
-"""Main screen: sessions, cluster and events panes fed by one polling worker with backoff."""
+"""Main screen: sessions, cluster and events panes fed by one polling worker with backoff, and a
+line naming the running Train runs with the key that opens them (`g`)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -11,11 +13,41 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from raydbg.client import GatewayError
+from raydbg.gang.ranks import rank_ranges
 from raydbg.tui.cluster import ClusterPane
 from raydbg.tui.events import EventsPane
 from raydbg.tui.gateway import Backoff, TuiGateway
-from raydbg.tui.messages import EventsUpdated, GatewayState, NodesUpdated, SessionsUpdated
+from raydbg.tui.messages import (
+    EventsUpdated,
+    GatewayState,
+    NodesUpdated,
+    SessionsUpdated,
+    StepsUpdated,
+)
 from raydbg.tui.sessions import SessionsPane
+
+GANG_KEY_HINT = "g: gang view (stacks, ranks, pause)"
+
+
+def runs_line(runs: list[dict[str, Any]] | None) -> str:
+    """The running Train runs in one line, from a `GET /api/v1/steps` answer's runs (pure);
+    None: the gateway has no steps (an older raydbg), so only the key is named."""
+    if runs is None:
+        return GANG_KEY_HINT
+    if not runs:
+        return f"no Train run running · {GANG_KEY_HINT}"
+    parts = []
+    for run in runs:
+        ranks = run.get("ranks") or []
+        steps = [r["step"] for r in ranks if isinstance(r.get("step"), int)]
+        ages = [float(r["last_progress_s"]) for r in ranks if isinstance(r.get("last_progress_s"), (int, float))]
+        text = f"{run.get('train_run')} ({len(ranks)} rank{'s' if len(ranks) != 1 else ''}"
+        text += f", step {max(steps)}" if steps else ""
+        text += f", {min(ages):.0f}s ago" if ages else ""
+        if run.get("stragglers"):
+            text += f", straggler: rank {rank_ranges(run['stragglers'])}"
+        parts.append(text + ")")
+    return f"Train runs: {', '.join(parts)} · {GANG_KEY_HINT}"
 
 
 class MainScreen(Screen[None]):
@@ -39,6 +71,7 @@ class MainScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(f"raydbg · gateway {self.gateway.address} · connecting…", id="status")
+        yield Static(GANG_KEY_HINT, id="runs")
         yield SessionsPane(id="sessions")
         yield ClusterPane(id="cluster")
         yield EventsPane(id="events")
@@ -60,6 +93,7 @@ class MainScreen(Screen[None]):
                     )
                     self.post_message(NodesUpdated(nodes))
                     self.post_message(EventsUpdated(events))
+                    self.load_runs()
             except Exception as exc:  # any failure: say it, back off, never crash the app
                 text = str(exc) if isinstance(exc, GatewayError) else f"gateway error: {exc!r}"
                 delay = self.backoff.next_delay()
@@ -71,6 +105,21 @@ class MainScreen(Screen[None]):
             self.post_message(GatewayState(True, ""))
             tick += 1
             await asyncio.sleep(self.refresh_interval)
+
+    @work(exclusive=True, group="runs")
+    async def load_runs(self) -> None:
+        """The running Train runs (the gateway's steps: progress records, no stacks taken)."""
+        try:
+            answer = await self.gateway.steps()
+        except Exception:  # a gateway without steps, or down: the status line says the latter
+            self.post_message(StepsUpdated({"runs": None}))
+            return
+        self.post_message(StepsUpdated(answer))
+
+    def on_steps_updated(self, message: StepsUpdated) -> None:
+        runs = message.answer.get("runs")
+        text = runs_line(runs if isinstance(runs, list) else None)
+        self.query_one("#runs", Static).update(text, layout=False)
 
     def action_gang(self) -> None:
         from raydbg.tui.gang_view import GangScreen

@@ -52,6 +52,16 @@ def rows(frames: list[StackFrame], folded: bool, selected: int = 0) -> list[tupl
     return out
 
 
+def focus_index(frames: list[StackFrame], record: dict[str, Any]) -> int:
+    """The frame a session's record names (its file and line), else the top one (pure)."""
+    file, line = str(record.get("file") or ""), record.get("line")
+    for index, frame in enumerate(frames):
+        path = str(frame.get("source", {}).get("path", "") or "")
+        if frame.get("line") == line and path and (path == file or os.path.basename(path) == os.path.basename(file)):
+            return index
+    return 0
+
+
 class StackView(OptionList):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)

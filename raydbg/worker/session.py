@@ -12,7 +12,7 @@ from types import FrameType
 from raydbg import config, ray_context, registry
 from raydbg.records import SessionRecord, new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, MAX_TEXT, cap_text
-from raydbg.worker import debugger, listeners, resume, snapshot, train
+from raydbg.worker import debugger, listeners, resume, snapshot, train, user_roots
 
 log = logging.getLogger("raydbg.worker")
 
@@ -54,8 +54,11 @@ def _safe_str(exc: BaseException) -> str:
 
 def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None,
                  thread: threading.Thread | None = None, session_id: str | None = None) -> SessionRecord:
-    """The record of a pause of `thread` (the calling one if None) at `frame`."""
+    """The record of a pause of `thread` (the calling one if None) at `frame`; for an exception,
+    where it shows in the user's code: the innermost traceback entry in a file of the
+    user's (user_roots.focus), the raising frame when there is none."""
     thread = thread or threading.current_thread()
+    named, line = frame, frame.f_lineno
     exception = None
     if exc_info is not None:
         # Capped: an exception's text is the user's (or an attacker's) and can be huge.
@@ -65,15 +68,16 @@ def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | Non
             "message": cap_text(_safe_str(exc_info[1]), EXC_MESSAGE_CHARS),
             "traceback": cap_text("".join(traceback.format_exception(*exc_info)), EXC_TRACEBACK_CHARS, "tail"),
         }
+        named, line = user_roots.focus(frame, exc_info[2])
     return SessionRecord(
         id=session_id or new_session_id(),
         pid=os.getpid(),
         thread_id=thread.ident or 0,
         thread_name=cap_text(thread.name, 256),
         # Capped as the readers check them: a record they refuse would lose the pause.
-        file=cap_text(os.path.abspath(frame.f_code.co_filename), MAX_TEXT, "tail"),
-        line=frame.f_lineno,
-        function=cap_text(frame.f_code.co_name, MAX_TEXT),
+        file=cap_text(os.path.abspath(named.f_code.co_filename), MAX_TEXT, "tail"),
+        line=line,
+        function=cap_text(named.f_code.co_name, MAX_TEXT),
         reason=reason,
         exception=exception,
         cwd=cap_text(ray_context.cwd(), MAX_TEXT, "tail"),

@@ -290,12 +290,20 @@ def _frame(frame: FrameType, budget: list[int]) -> dict[str, Any]:
 
 def frames_of(top: FrameType | None) -> list[dict[str, Any]]:
     """Innermost first: function, file, line and locals ({name: safe repr}) of each frame,
-    at most MAX_FRAMES (then one "... N more frames" entry) and SNAPSHOT_BYTES of locals."""
+    at most MAX_FRAMES (then one "... N more frames" entry) and SNAPSHOT_BYTES of locals;
+    `user: true` where the worker's roots make a frame the user's and its path would not
+    (as the stacks mark theirs: raydbg/user_code.py)."""
+    from raydbg.worker import user_roots
+
+    roots = user_roots.current()
     out: list[dict[str, Any]] = []
     budget = [SNAPSHOT_BYTES]
     frame = top
     while frame is not None and len(out) < MAX_FRAMES:
-        out.append(_frame(frame, budget))
+        entry = _frame(frame, budget)
+        if roots.adds(frame.f_code.co_filename):
+            entry["user"] = True
+        out.append(entry)
         frame = frame.f_back
     more = 0
     while frame is not None and more < 100_000:

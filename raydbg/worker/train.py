@@ -108,6 +108,14 @@ def _patch_data_iterator(module: ModuleType) -> None:
     _ray_internals.wrap_iter_batches(module, progress.waited_for_data)
 
 
+def _patch_torch_loader(module: ModuleType) -> None:
+    """torch's DataLoader iterators: their waits are the step's wait for data (straggler events)."""
+    from raydbg import _torch_internals
+    from raydbg import progress_records as progress
+
+    _torch_internals.wrap_loader_next(module, progress.waited_for_data)
+
+
 def _patch_train_fn_utils(module: ModuleType) -> None:
     from raydbg import _ray_internals
 
@@ -165,13 +173,14 @@ def when_imported(name: str, hook: Callable[[ModuleType], None]) -> None:
 
 
 def install() -> None:
-    """In an activated worker: patch Ray Train's torch setup and report, and Ray Data's batch
-    iterators, when they are imported."""
-    from raydbg import _ray_internals
+    """In an activated worker: patch Ray Train's torch setup and report, and Ray Data's and torch's
+    batch iterators, when they are imported."""
+    from raydbg import _ray_internals, _torch_internals
 
     when_imported(_ray_internals.TORCH_CONFIG_MODULE, _patch_torch_config)
     when_imported(_ray_internals.TRAIN_FN_UTILS_MODULE, _patch_train_fn_utils)
     when_imported(_ray_internals.DATA_ITERATOR_MODULE, _patch_data_iterator)
+    when_imported(_torch_internals.LOADER_MODULE, _patch_torch_loader)
 
 
 # --- pause groups -------------------------------------------------------------------

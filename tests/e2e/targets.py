@@ -38,6 +38,12 @@ def failing_task(x: int) -> int:
     raise ValueError(f"bad input {doomed}")  # BP:raise_task
 
 
+def failing_in_a_library(text: str) -> object:
+    import json
+
+    return json.loads(text)  # BP:raise_in_library
+
+
 class Counter:
     def __init__(self) -> None:
         self.total = 10

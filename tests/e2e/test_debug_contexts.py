@@ -188,6 +188,20 @@ def test_post_mortem_in_task(ray_cluster: str, gw: Any) -> None:
         ray.get(ref, timeout=60)
 
 
+def test_a_post_mortem_in_a_library_names_the_users_line(ray_cluster: str, gw: Any) -> None:
+    """json raises in the stdlib: the record names the task's own line (what lists show), the
+    debugger still holds the whole traceback down to the raising frame."""
+    ref = ray.remote(max_retries=0)(targets.failing_in_a_library).remote("{not json")
+    rec = wait_for_session(gw, function="failing_in_a_library")
+    assert rec["reason"] == "exception" and rec["exception"]["type"] == "JSONDecodeError", rec
+    assert (rec["file"], rec["line"]) == (targets.FILE, targets.line_of("raise_in_library")), rec
+    with forward(ray_cluster, rec["id"]) as port:
+        seen = asyncio.run(attach_and_inspect(port, "idx"))
+    assert seen["top"]["source"]["path"].endswith("/json/decoder.py"), seen["top"]
+    with pytest.raises(ValueError, match="Expecting property name"):
+        ray.get(ref, timeout=60)
+
+
 def test_post_mortem_in_actor_method(ray_cluster: str, gw: Any) -> None:
     actor = ray.remote(targets.Counter).remote()
     ref = actor.fail.remote(4)

@@ -2,7 +2,8 @@
 a rank blocked in a gloo all_reduce is listed at once as a snapshot with its locals and becomes a
 session once the collective returns; continue lets each run finish with the right result. Also a
 stack class and a plain task's pid as targets, and the refusals (another user's process, a process
-raydbg does not run in, a bad target, no token)."""
+raydbg does not run in, a bad target, no token). A DDP trainer installed as a package (its files in a
+site-packages directory) is the user's code: the stacks name its frames, a pause stops in it."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from cluster import needs_torch
 
+from e2e import installed_trainer
 from e2e import pause_targets as targets
 from e2e.conftest import (
     Cluster,
@@ -35,12 +37,18 @@ PAUSE_WITHIN_S = 2.0  # the issue's bound: a running rank's session is listed wi
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[Cluster, Any]]:
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Any]]:
     from e2e.gang_targets import TRAIN_CLUSTER_ENV
 
-    env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_RESUME_POLL_S": "0.25", **TRAIN_CLUSTER_ENV}
-    with Cluster(num_cpus=6, env=env, by_value=(targets, sys.modules[__name__])) as c:
-        yield c, c.up()
+    site = installed_trainer.install(tmp_path_factory.mktemp("installed-trainer"))
+    env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_RESUME_POLL_S": "0.25", **TRAIN_CLUSTER_ENV,
+           "PYTHONPATH": installed_trainer.pythonpath(site)}  # the workers import the installed trainer
+    sys.path.insert(0, str(site))  # and so does this driver (the function goes by reference)
+    try:
+        with Cluster(num_cpus=6, env=env, by_value=(targets, sys.modules[__name__])) as c:
+            yield c, c.up()
+    finally:
+        sys.path.remove(str(site))
 
 
 class Fit:
@@ -220,6 +228,70 @@ def test_a_rank_blocked_in_all_reduce_is_a_snapshot_then_a_session(cluster: tupl
         wait_gone(gw, rec["id"])
         results = fit.join()
         assert results == {"rank0": "24.0", "rank1": "24.0"}  # (1 + 2) in each of 8 elements, summed
+    finally:
+        release.touch()
+
+
+def _pause_when_it_trains(gw: Any, target: str, within: float) -> dict[str, Any]:
+    """Pause `target` as soon as its training thread runs (before that, the worker answers that it
+    has nothing to pause: Train has not started the thread yet); its session (snapshot first)."""
+    from raydbg.client import GatewayError
+
+    def ask() -> dict[str, Any] | None:
+        try:
+            return _pause_to_session(gw, target)[0]
+        except GatewayError as exc:
+            if "nothing to pause" in str(exc):
+                return None
+            raise
+
+    return dict(wait_until(ask, within, f"{target}'s training thread paused", every=0.05))
+
+
+@needs_torch
+def test_an_installed_ddp_trainer_is_the_users_code_in_stacks_and_pause(cluster: tuple[Cluster, Any],
+                                                                        tmp_path: Path) -> None:
+    """Issue 39: a trainer installed as a package (prepare_model's DDP, a DataLoader over a
+    DistributedSampler, a checkpoint per epoch): the stacks name its frames, not `wait
+    threading.py:327 (library)`; `raydbg pause RUN:1`, early in the run and while it trains,
+    stops at a line of its installed file, never in generated code (`<string>`)."""
+    import ddp_trainer.loop as trainer
+
+    c, gw = cluster
+    assert f"{os.sep}site-packages{os.sep}ddp_trainer{os.sep}" in str(trainer.__file__), trainer.__file__
+    lines = len(Path(str(trainer.__file__)).read_text().splitlines())
+    run = "installed-ddp"
+    fit, release = _fit(trainer.train_func, run, tmp_path, torch_backend=True)
+    try:
+        wait_until(lambda: _ranks_known(gw, run, 2), 120, "both ranks in the stacks report", every=0.2)
+        # Early: the first moment rank 1's training thread runs (building its samples, its model).
+        rec = _pause_when_it_trains(gw, f"{run}:1", 60)["session"]
+        assert rec["file"] == trainer.__file__ and 1 <= rec["line"] <= lines, rec
+        asyncio.run(gw.continue_session(rec["id"]))
+        wait_gone(gw, rec["id"])
+
+        def summaries() -> list[str] | None:
+            report = asyncio.run(gw.stacks(run=run, pyspy=False))
+            ranks = [cls for cls in report.get("classes") or [] if cls["members"][0].get("world_rank") is not None]
+            texts = [cls["summary"] for cls in ranks]
+            return texts if sum(cls["count"] for cls in ranks) == 2 and all("loop.py:" in t for t in texts) else None
+
+        texts = wait_until(summaries, 60, "the run's stack classes named by the trainer's frames", every=0.5)
+        assert not any("(library)" in t for t in texts), texts
+        out = c.cli("stacks", "--run", run, "--no-pyspy")
+        assert out.returncode == 0 and "loop.py:" in out.stdout, out.stdout + out.stderr
+
+        # While it trains: a session at a line of the installed file; attach, look, continue.
+        answer, _ = _pause_to_session(gw, f"{run}:1")
+        rec = answer["session"]
+        assert rec["file"] == trainer.__file__ and rec["train_rank"] == 1, rec
+        with forward(c.address, rec["id"]) as port:
+            seen = asyncio.run(attach_and_inspect(port, "config", "__name__"))
+        assert seen["top"]["source"]["path"] == trainer.__file__ and seen["evaluated"] == "'ddp_trainer.loop'", seen
+        wait_gone(gw, rec["id"])
+        release.touch()
+        results = fit.join()
+        assert set(results) == {"rank0", "rank1"} and results["rank0"] == results["rank1"], results
     finally:
         release.touch()
 
