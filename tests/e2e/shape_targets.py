@@ -1,6 +1,7 @@
 """Ray Train loops of real training shapes (gloo on CPU), each with one rank stuck in user code.
 
-Written as their users write them, with torch's own APIs: tensor-parallel subgroups
+Written as their users write them, with torch's and Ray Train's own APIs: DDP
+(`prepare_model`, a DataLoader with a DistributedSampler), tensor-parallel subgroups
 (`new_group`), HSDP (FSDP2's `fully_shard` on a 2x2 `init_device_mesh`), a 4-stage pipeline
 (`send`/`recv` of activations and gradients), two groups entered in opposite orders (a
 deadlock), FSDP2 on the SD reference app's tiny UNet. The stuck rank sleeps in `load_batch`
@@ -32,6 +33,36 @@ def _done(config: dict[str, Any], value: float) -> None:
 
     ray.train.report({"value": value})
     Path(config["out"], f"rank{_rank()}").write_text(str(value))
+
+
+def ddp(config: dict[str, Any]) -> None:
+    """DDP as Ray Train's users write it: `prepare_model`, a DataLoader with a DistributedSampler
+    (`prepare_data_loader`); the stuck rank's dataset hangs in step 2's batch."""
+    import ray.train.torch
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    rank = _rank()
+
+    class Batches(Dataset):  # type: ignore[type-arg]
+        def __len__(self) -> int:
+            return 24
+
+        def __getitem__(self, i: int) -> torch.Tensor:
+            if i >= 12:  # the second half: step 2 on every rank
+                load_batch(config, rank)
+            return torch.full((8,), float(i))
+
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(torch.nn.Linear(8, 1))
+    loader = ray.train.torch.prepare_data_loader(DataLoader(Batches(), batch_size=4, shuffle=False))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for batch in loader:
+        loss = model(batch).pow(2).mean()
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    _done(config, float(next(model.parameters()).sum()))
 
 
 def tensor_parallel(config: dict[str, Any]) -> None:

@@ -1,6 +1,7 @@
-"""Real training shapes on a real cluster (Ray Train, gloo, CPU), one rank stuck in each: the
-wait-for graph names that rank alone, with the chain of who waits for whom, in `raydbg stacks`
-(JSON and text) and in the hang event; a deadlock is named as a cycle.
+"""Real training shapes on a real cluster (Ray Train, gloo, CPU), one rank stuck in each (DDP,
+tensor-parallel subgroups, HSDP, a send/recv pipeline, FSDP2 on the SD tiny UNet): the wait-for
+graph names that rank alone, with the chain of who waits for whom, in `raydbg stacks` (JSON
+and text) and in the hang event; two groups entered in opposite orders are named a deadlock.
 
 One cluster for the module; each shape is its own TorchTrainer run (tests/e2e/shape_targets.py),
 released (or, for the deadlock, timed out) before the next starts. torch's own analyzer
@@ -111,6 +112,17 @@ def _started(fn: Any, name: str, tmp_path: Path, workers: int, stuck: int) -> It
 def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
     return [e for e in asyncio.run(gw.events(500))
             if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == run]
+
+
+def test_ddp_with_prepare_model_names_the_rank_whose_loader_hangs(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+    """DDP's gradient all_reduce runs inside backward(): ranks 0 and 1 wait there for rank 2."""
+    c, _ = cluster
+    with _started(shape_targets.ddp, "shape-ddp", tmp_path, workers=3, stuck=2) as fit:
+        chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2", re.escape(f"rank 2 is in {LOADER}")]
+        run = _wait_graph(c, "shape-ddp", lambda r: _matches(r["chain"], chain))
+        assert run["culprits"] == [2]
+        values = _release(tmp_path, "shape-ddp", fit)
+        assert len(values) == 3 and len(set(values)) == 1  # DDP kept the replicas equal
 
 
 def test_tensor_parallel_subgroups_name_the_stuck_rank_alone(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
