@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from raydbg.gang import arrivals, classes, collectives, stragglers, wait_for
+from raydbg.gang import arrivals, classes, collectives, stragglers, wait_chain, wait_for
 
 GOAL_MS = 200.0
 
@@ -165,7 +165,7 @@ def main() -> None:
         assert list(stragglers.judge(arr, stragglers.Settings())) == [3]
 
         def graph(ranks: dict[int, dict[str, Any]] = ranks, n: int = n) -> list[str]:
-            return wait_for.chain(wait_for.analyze(ranks, n), lambda r: "load_batch train.py:88")
+            return wait_chain.chain(wait_for.analyze(ranks, n), lambda r: "load_batch train.py:88")
 
         for name, fn in (("classes.group + runs", lambda ws=ws: (classes.group(ws), classes.runs(ws))),
                          ("wait_for graph + chain (d x t x p)", graph),

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg.gang import collectives, wait_for
+from raydbg.gang import collectives, wait_chain, wait_for
 
 NOW = 1_000_000 * 10**9
 
@@ -75,7 +75,7 @@ def test_the_rank_behind_is_named_with_the_collective_the_others_wait_in() -> No
     (hop,) = found["waits"]
     assert (hop["kind"], hop["seq"], hop["op"], hop["ranks"], hop["on"]) == ("collective", 2, "all_reduce", [0, 1, 3], [2])
     assert found["culprits"] == [2]
-    assert wait_for.chain(found, lambda r: None) == ["ranks 0,1,3 wait in all_reduce #2 (world) for 2", "rank 2: no stacks"]
+    assert wait_chain.chain(found, lambda r: None) == ["ranks 0,1,3 wait in all_reduce #2 (world) for 2", "rank 2: no stacks"]
 
 
 def test_a_rank_in_the_group_with_no_collective_yet_is_behind_in_the_world_group() -> None:

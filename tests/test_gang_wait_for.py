@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from raydbg.gang import classes, wait_for
+from raydbg.gang import classes, wait_chain, wait_for
 
 WORLD = "0"
 
@@ -62,7 +62,7 @@ def test_tensor_parallel_subgroups_name_the_one_rank_and_the_chain() -> None:
     found = wait_for.analyze(tensor_parallel(), 4)
     assert found["culprits"] == [3]
     assert found["deadlocks"] == [] and found["mismatches"] == []
-    assert wait_for.chain(found, where) == [
+    assert wait_chain.chain(found, where) == [
         "ranks 0,1 wait in all_reduce #2 (world) for 2,3",
         "rank 2 waits in all_reduce #1 (group [2,3]) for 3",
         "rank 3 is in step train.py:83",
@@ -90,7 +90,7 @@ def test_hsdp_mesh_groups_with_one_description_stay_apart() -> None:
              3: {}}
     found = wait_for.analyze(ranks_of(views, tables), 4)
     assert found["culprits"] == [3]
-    assert wait_for.chain(found, where) == [
+    assert wait_chain.chain(found, where) == [
         "rank 0 waits in all_reduce #1 (group mesh_replicate [0,2]) for 2",
         "rank 1 waits in all_reduce #1 (group mesh_replicate [1,3]) for 3",
         "rank 2 waits in reduce_scatter #1 (group mesh_shard [2,3]) for 3",
@@ -105,7 +105,7 @@ def test_a_pipeline_chain_through_send_and_recv_frames() -> None:
     views = {r: {WORLD: w(1, 1)} for r in range(4)}
     found = wait_for.analyze(ranks_of(views, {r: table(4) for r in range(4)}, p2p), 4)
     assert found["culprits"] == [2]
-    assert wait_for.chain(found, where) == [
+    assert wait_chain.chain(found, where) == [
         "rank 0 waits in recv (world) for 1",
         "rank 1 waits in send (world) for 2",
         "rank 3 waits in recv (world) for 2",
@@ -146,7 +146,7 @@ def test_two_groups_entered_in_opposite_orders_are_a_deadlock_with_its_cycle() -
     (cycle,) = found["deadlocks"]
     assert cycle["ranks"] == [0, 1] and cycle["all"] == [0, 1]
     assert [found["waits"][i]["group"] for i in cycle["hops"]] == ["1", WORLD]  # 0 waits in "1", 1 in the world
-    assert wait_for.chain(found, where) == [
+    assert wait_chain.chain(found, where) == [
         "rank 0 waits in all_reduce #1 (group [0,1]) for 1",
         "ranks 1,2 wait in all_reduce #2 (world) for 0",
         "deadlock: ranks 0 -> 1 -> 0 wait on each other (a cycle: none of them can go on)",
@@ -169,14 +169,14 @@ def test_async_ranks_wait_at_different_sequence_ids() -> None:
     found = wait_for.analyze(ranks_of(views), 3)
     assert [(h["ranks"], h["seq"], h["on"]) for h in found["waits"]] == [([1], 4, [2]), ([0], 5, [1, 2])]
     assert found["culprits"] == [2]
-    assert wait_for.chain(found, where)[0] == "rank 0 waits in all_reduce #5 (world) for 1,2"
+    assert wait_chain.chain(found, where)[0] == "rank 0 waits in all_reduce #5 (world) for 1,2"
 
 
 def test_a_tie_of_mismatched_collectives_names_both() -> None:
     views = {0: {WORLD: w(2, 1)}, 1: {WORLD: w(2, 1, op="broadcast", sizes=[[8]])}}
     found = wait_for.analyze(ranks_of(views), 2)
     assert found["waits"] == [] and found["culprits"] == [0, 1]
-    lines = wait_for.chain(found, where)
+    lines = wait_chain.chain(found, where)
     assert lines[0] == "mismatch at #2 (world): rank 0: all_reduce [[4]]; rank 1: broadcast [[8]]"
 
 
@@ -184,7 +184,7 @@ def test_a_mismatch_decided_by_the_majority_reads_as_a_wait() -> None:
     views = {r: {WORLD: w(2, 1)} for r in (0, 2, 3)}
     views[1] = {WORLD: w(2, 1, sizes=[[8]])}
     found = wait_for.analyze(ranks_of(views), 4)
-    assert wait_for.chain(found, where)[0] == (
+    assert wait_chain.chain(found, where)[0] == (
         "ranks 0,2,3 wait in all_reduce #2 (world) for 1 (which entered all_reduce [[8]] there instead)")
     assert found["culprits"] == [1]
 
@@ -194,7 +194,7 @@ def test_ranks_without_stacks_are_what_the_others_wait_for_when_nobody_else_is_b
     found = wait_for.analyze(ranks_of(views, {r: table(4) for r in range(3)}), 4)
     (hop,) = found["waits"]
     assert (hop["kind"], hop["on"], hop["note"]) == ("unknown", [3], "no stacks there")
-    assert wait_for.chain(found, lambda r: None if r == 3 else where(r)) == [
+    assert wait_chain.chain(found, lambda r: None if r == 3 else where(r)) == [
         "ranks 0-2 wait in all_reduce #2 (world) for 3 (no stacks there)", "rank 3: no stacks"]
 
 
@@ -202,7 +202,7 @@ def test_a_healthy_run_has_no_waits() -> None:
     views = {r: {WORLD: w(7, 6)} for r in range(4)}  # all inside the same all_reduce
     found = wait_for.analyze(ranks_of(views, {r: table(4) for r in range(4)}), 4)
     assert (found["waits"], found["culprits"], found["deadlocks"]) == ([], [], [])
-    assert wait_for.chain(found, where) == []
+    assert wait_chain.chain(found, where) == []
 
 
 def test_views_from_before_group_names_still_read() -> None:
@@ -219,10 +219,10 @@ def test_a_long_chain_is_cut_with_a_count() -> None:
     n = 40  # rank i waits in send to i + 1; the last one is free
     p2p = {r: [{"op": "send", "peer": r + 1, "group": WORLD}] for r in range(n - 1)}
     found = wait_for.analyze(ranks_of(dict.fromkeys(range(n)), {r: table(n) for r in range(n)}, p2p), n)
-    lines = wait_for.chain(found, where)
+    lines = wait_chain.chain(found, where)
     assert found["culprits"] == [n - 1]
     assert lines[0] == "rank 0 waits in send (world) for 1"  # outermost first
-    assert lines[wait_for.MAX_CHAIN_LINES] == f"... and {n - 1 - wait_for.MAX_CHAIN_LINES} more waits (--json: waits)"
+    assert lines[wait_chain.MAX_CHAIN_LINES] == f"... and {n - 1 - wait_chain.MAX_CHAIN_LINES} more waits (--json: waits)"
     assert lines[-1] == f"rank {n - 1} is in step train.py:{80 + n - 1}"
 
 
@@ -231,7 +231,7 @@ def test_a_long_chain_is_cut_with_a_count() -> None:
     (list(range(0, 4096, 32)), "0,32,...,4064 (128 ranks)"), ([1, 2, 5, 9, 11, 12, 20, 30, 40], "1,2,5,9,11,12,... (9 ranks)"),
 ])
 def test_ranks_text(ranks: list[int], text: str) -> None:
-    assert wait_for.ranks_text(ranks) == text
+    assert wait_chain.ranks_text(ranks) == text
 
 
 def test_compact_members_expand() -> None:

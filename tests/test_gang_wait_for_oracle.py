@@ -34,7 +34,7 @@ from typing import Any
 import pytest
 from cluster import needs_torch
 
-from raydbg.gang import collectives, wait_for
+from raydbg.gang import collectives, wait_chain, wait_for
 
 pytestmark = [needs_torch, pytest.mark.timeout(600)]
 
@@ -130,7 +130,7 @@ def test_tensor_parallel_subgroups_agree_with_torchs_analyzer(dumps: dict[str, A
     ours, torch_says = raydbg_reading(dumps["tensor_parallel"]), torch_reading(dumps["tensor_parallel"])
     assert torch_says["culprits"] == [3] and ours["culprits"] == torch_says["culprits"]
     assert collective_edges(ours) == torch_says["edges"] == {(0, 2), (0, 3), (1, 2), (1, 3), (2, 3)}
-    assert wait_for.chain(ours, where) == ["ranks 0,1 wait in all_reduce #2 (world) for 2,3",
+    assert wait_chain.chain(ours, where) == ["ranks 0,1 wait in all_reduce #2 (world) for 2,3",
                                            "rank 2 waits in all_reduce #1 (group [2,3]) for 3",
                                            "rank 3 is in stuck fr_scenarios.py"]
 
@@ -148,7 +148,7 @@ def test_two_groups_in_opposite_orders_are_the_same_deadlock_for_both(dumps: dic
     assert collective_edges(ours) == torch_says["edges"] == {(0, 1), (1, 0), (2, 0), (3, 0)}
     assert torch_says["culprits"] == ours["culprits"] == []
     assert [d["all"] for d in ours["deadlocks"]] == [torch_says["in_cycles"]] == [[0, 1]]
-    assert wait_for.chain(ours, where)[-1].startswith("deadlock: ranks 0 -> 1 -> 0")
+    assert wait_chain.chain(ours, where)[-1].startswith("deadlock: ranks 0 -> 1 -> 0")
 
 
 def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(dumps: dict[str, Any]) -> None:
@@ -161,7 +161,7 @@ def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(dumps: dict[str, 
         0: [{"op": "recv", "peer": 1, "group": "0"}], 1: [{"op": "send", "peer": 2, "group": "0"}],
         2: [], 3: [{"op": "recv", "peer": 2, "group": "0"}]}
     assert ours["culprits"] == [2]
-    assert wait_for.chain(ours, where) == ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
+    assert wait_chain.chain(ours, where) == ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
                                            "rank 3 waits in recv (world) for 2", "rank 2 is in stuck fr_scenarios.py"]
 
 
