@@ -238,6 +238,7 @@ def test_compact_members_expand() -> None:
     assert wait_for.expand_ranks({"start": 3, "step": 8, "count": 3}) == [3, 11, 19]
     assert wait_for.expand_ranks([2, 0]) == [2, 0]  # group-rank order kept
     assert wait_for.expand_ranks({"start": 0}) is None and wait_for.expand_ranks("0-3") is None
+    assert wait_for.expand_ranks({"start": 0, "step": 1, "count": 10**12}) is None  # not a list of 10^12
 
 
 def test_run_summaries_carry_the_graph_and_each_ranks_groups_by_label() -> None:

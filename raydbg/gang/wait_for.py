@@ -31,6 +31,7 @@ from raydbg.gang.collectives import WORLD_DESC
 from raydbg.gang.wait_chain import chain, ranks_text
 
 _NO_DESC = ("", "undefined", WORLD_DESC)  # descriptions that say nothing about the group
+MAX_GROUP = 1 << 20  # members a table may claim for a group (a bad record must not fill the gateway's memory)
 
 
 def expand_ranks(spec: Any) -> list[int] | None:
@@ -40,8 +41,8 @@ def expand_ranks(spec: Any) -> list[int] | None:
             start, step, count = int(spec["start"]), int(spec["step"]), int(spec["count"])
         except (KeyError, TypeError, ValueError):
             return None
-        return list(range(start, start + step * count, step)) if count > 0 and step else None
-    if isinstance(spec, list) and all(isinstance(r, int) for r in spec):
+        return list(range(start, start + step * count, step)) if 0 < count <= MAX_GROUP and step else None
+    if isinstance(spec, list) and len(spec) <= MAX_GROUP and all(isinstance(r, int) for r in spec):
         return list(spec)
     return None
 
