@@ -3,8 +3,10 @@
 `raydbg.progress()` (and, in activated Train workers, every `ray.train.report` and the
 process-group setup) rewrites this process's record: one `pwrite` of a fixed-size block
 to a file kept open in a per-uid 0700 directory (a few microseconds; no Ray call, no
-lock). The node's agent reads every record of its node (`read_all`); the gateway merges
-nodes and the hang detector decides from the merged view. No Ray import here at module
+lock). At the end of each timed step the step listeners a feature registered may add a few
+hundred bytes (raydbg/gang/arrival_reader.py: the rank's arrivals at its collectives). The
+node's agent reads every record of its node (`read_all`); the gateway merges nodes and the
+hang and straggler detectors decide from the merged view. No Ray import here at module
 level: identity comes from `raydbg.ray_context` on the first beat only.
 """
 

@@ -305,3 +305,14 @@ def test_one_slow_read_does_not_set_the_pace(monkeypatch: pytest.MonkeyPatch) ->
     for k in range(1, 9):
         reader.on_step(ended(k))
     assert ring.reads == 5 and reader.stride() == 4  # read at steps 1, 2, 3, then 4 and 8
+
+
+def test_raydbg_steps_renders_both_waits_and_says_when_a_clock_is_unchecked() -> None:
+    from raydbg.commands.steps import render
+
+    runs = stragglers.steps_view(run(extra={1: 0.35}, nodes={2: "far"}, released=False), now=2000.0)
+    text = render({"runs": runs}, 200)
+    assert "straggler(s): rank 1" in text and "WAITED FOR OTHERS  OTHERS WAITED FOR IT" in text, text
+    row1 = next(line for line in text.splitlines() if line.strip().startswith("1 *"))
+    assert row1.split()[5:9] == ["0.511", "0.000", "0.000", "0.350"], row1  # work, data, waited, others waited
+    assert "ranks 2: another node's clock, not lined up" in text, text

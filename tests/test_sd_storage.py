@@ -111,3 +111,15 @@ def test_a_local_path_on_several_nodes_is_one_clear_error() -> None:
     message = str(err.value)
     assert "--storage-path sd_work/runs is a local path" in message and "2 nodes" in message
     assert "s3://" in message and "file://" in message and "--shared-fs" in message and "\n" not in message
+
+
+def test_a_scheme_only_fsspec_knows_goes_through_fsspec() -> None:
+    import pyarrow.fs as pafs
+
+    uri = "memory://sd-storage-test/dir"
+    fs, _ = storage.filesystem(uri)
+    assert isinstance(fs, pafs.PyFileSystem)  # fsspec's, wrapped for pyarrow (and Ray Data, Ray Train)
+    storage.write_text(storage.join(uri, "a.txt"), "fsspec")
+    assert storage.read_text(storage.join(uri, "a.txt")) == "fsspec" and storage.list_dir(uri) == ["a.txt"]
+    with pytest.raises(UserError, match="no file system"):
+        storage.filesystem("nosuchscheme://x/y")
