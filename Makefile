@@ -53,8 +53,10 @@ MATRIX_RESULTS := build/matrix
 	test -x .venv-$*/bin/python || $(PYTHON_$*) -m venv .venv-$*
 	# No torch: the registry has only CUDA builds (GBs) for these Pythons; Train's torch
 	# tests skip there and docs/support.md says so.
+	# setuptools: the e2e tests pip-install a trainer package (--no-build-isolation), and a
+	# 3.12+ venv comes without it.
 	.venv-$*/bin/pip install -q -e . 'ray[default,data,train]==$(RAY_$*)' \
-		'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0'
+		'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0' 'setuptools'
 	touch $@
 
 # One entry: its results (JUnit XML, versions) in build/matrix/ and its wall time.
