@@ -61,6 +61,19 @@ def by_rank(recs: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
     return {int(r["world_rank"]): r for r in recs}
 
 
+def group_of(col: arrivals.StepColumn, name: str) -> tuple[list[int], list[tuple[int, int]], list[list[float]]]:
+    """A group's members, their (first, count) and their arrivals (own clock, s) in one step."""
+    ranks, firsts, counts, rows, stamps = col.groups[name]
+    return ranks, list(zip(firsts, counts, strict=True)), [[ts + t / 1000 for t in row] for row, ts in zip(rows, stamps, strict=True)]
+
+
+def read_back(fields: dict[str, Any] | None, ts: float) -> dict[int, arrivals.StepColumn]:
+    """The steps one rank's record fields (`arr`) carry, as the gateway reads them."""
+    cols, read = arrivals.columns({0: {"ts": ts, **(fields or {})}})
+    assert read == {0}, fields
+    return cols
+
+
 # --- what a rank keeps ---------------------------------------------------------------------------
 def test_sampled_ids_are_the_same_on_every_rank_and_keep_the_first_and_last() -> None:
     assert arrivals.sampled(10, 3) == [10, 11, 12]
@@ -83,20 +96,21 @@ def test_encoded_arrivals_travel_as_ms_before_the_record_and_come_back() -> None
     raw = arrivals.encode({5: arrivals.StepArrivals(99.5, 100.0, True, 0.12, None, groups)}, now=100.25)
     assert raw == [[5, -750, -250, 1, 120, None, [["0", 1, 6, [-640, -620, -610, -590]]]]]  # ids 1, 3, 4, 6
     assert len(json.dumps(raw)) < 80
-    back = arrivals.decode({"ts": 100.25, "arr": raw})
-    assert back is not None and (back[5].start, back[5].end) == pytest.approx((99.5, 100.0))
-    assert back[5].released and back[5].data_s == 0.12 and back[5].sync_wait_s is None
-    assert back[5].groups["0"].at == pytest.approx({1: 99.61, 3: 99.63, 4: 99.64, 6: 99.66})
-    assert arrivals.decode({"ts": 1.0, "arr": [[1, 0, 1, 1, 0, 0, [["0", 1, 6, [1, 2]]]]]}) is None  # 4 expected
-    assert arrivals.decode({"ts": 1.0, "arr": "x"}) is None and arrivals.decode({"ts": 1.0}) is None
+    back = read_back({"arr": raw}, 100.25)[5]
+    assert (back.start[0], back.busy[0], back.data[0], back.sync[0]) == pytest.approx((99.5, 0.5, 0.12, None))
+    assert group_of(back, "0") == ([0], [(1, 6)], [pytest.approx([99.61, 99.63, 99.64, 99.66])])
+    # A malformed record is left out whole; the others are read.
+    bad = {"ts": 1.0, "arr": [[1, 0, 1, 1, 0, 0, [["0", 1, 6, [1, 2]]]]]}  # 6 collectives: 4 arrivals expected
+    cols, read = arrivals.columns({0: bad, 1: {"ts": 1.0, "arr": "x"}, 2: {"ts": 1.0}, 3: {"ts": 100.25, "arr": raw}})
+    assert read == {3} and list(cols) == [5] and list(cols[5].busy) == [3]
 
 
 # --- whom they waited for ---------------------------------------------------------------------------
 def waits_of(recs: list[dict[str, Any]]) -> tuple[dict[int, dict[int, arrivals.Waits]], dict[int, Clock]]:
     ranks = by_rank(recs)
-    decoded = {r: d for r, rec in ranks.items() if (d := arrivals.decode(rec)) is not None}
-    clocks = arrivals.clock_offsets(decoded, {r: rec["node_id"] for r, rec in ranks.items()})
-    return arrivals.step_waits(decoded, clocks), clocks
+    cols, read = arrivals.columns(ranks)
+    clocks = arrivals.clock_offsets(cols, read, {r: rec["node_id"] for r, rec in ranks.items()})
+    return arrivals.step_waits(cols, clocks), clocks
 
 
 def test_the_late_rank_held_the_others_and_they_waited_for_it() -> None:
@@ -116,9 +130,7 @@ def test_a_clock_seconds_off_is_lined_up_by_the_releases() -> None:
     assert waits[1][4].late_s == pytest.approx(0.35, abs=0.002) and waits[2][4].late_s == 0
     assert waits[2][4].waited_s == pytest.approx(0.35, abs=0.002)
     # Without the offsets, rank 2 would look 5 s late at every step (what the correction is for).
-    ranks = by_rank(recs)
-    decoded = {r: d for r, rec in ranks.items() if (d := arrivals.decode(rec)) is not None}
-    naive = arrivals.step_waits(decoded, {})
+    naive = arrivals.step_waits(arrivals.columns(by_rank(recs))[0], {})
     assert naive[2][4].late_s > 4.9 and naive[1][4].late_s == 0
     (found,) = StragglerDecider(Settings()).update(recs, [])
     assert found["world_rank"] == 1 and found["node_id"] == "n0"
@@ -133,8 +145,8 @@ def test_without_shared_releases_another_node_is_unchecked() -> None:
 # --- the straggler rule on arrivals ------------------------------------------------------------------
 def test_ddp_like_a_rank_late_at_every_step_is_named_though_every_work_time_is_equal() -> None:
     recs = run(extra={1: 0.35})
-    steps = [arrivals.decode(r) for r in recs]  # lock-step: every rank's time to the report is the same
-    assert len({tuple(round(s.end - s.start, 4) for s in d.values()) for d in steps if d}) == 1
+    cols, _ = arrivals.columns(by_rank(recs))  # lock-step: every rank's time to the report is the same
+    assert all(len({round(t, 4) for t in col.busy.values()}) == 1 for col in cols.values())
     (found,) = StragglerDecider(Settings()).update(recs, [])
     assert found["world_rank"] == 1 and found["steps"] == [3, 4, 5, 6, 7]
     # Its work: 0.1 + 0.35 before the first collective, 0.06 in the others; theirs less the 0.35 waited.
@@ -218,13 +230,13 @@ def test_the_reader_reads_at_the_same_steps_on_every_rank_and_keeps_the_newest()
     # 4 x 0.25 s spans 1 s.
     assert reads == [1, 2, 3, 4, 4, 4, 4, 5, 5, 5, 5, 6] and reader.stride() == 4
     assert out is not None
-    arr = arrivals.decode({"ts": 103.0, **out})
-    assert arr is not None and sorted(arr) == [5, 6, 7, 8, 9, 10, 11, 12]  # the newest 8 read
-    assert arr[12].groups["0"].at == pytest.approx({12: 102.85}) and arr[12].sync_wait_s is None
-    assert arr[11].sync_wait_s == 0.01  # step 11's report returned before step 12 ended
+    arr = read_back(out, 103.0)
+    assert sorted(arr) == [5, 6, 7, 8, 9, 10, 11, 12]  # the newest 8 read
+    assert group_of(arr[12], "0") == ([0], [(12, 1)], [[pytest.approx(102.85)]]) and arr[12].sync[0] is None
+    assert arr[11].sync[0] == 0.01  # step 11's report returned before step 12 ended
     out = reader.on_step(ended(13, sync=(12, 0.02)))
-    arr = arrivals.decode({"ts": 103.25, **(out or {})})
-    assert arr is not None and arr[12].sync_wait_s == 0.02 and 13 not in arr  # known now; 13 not read
+    arr = read_back(out, 103.25)
+    assert arr[12].sync[0] == 0.02 and 13 not in arr  # known now; 13 not read
 
 
 def test_the_reader_keeps_to_its_budget_and_adds_nothing_outside_a_group(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -247,8 +259,8 @@ def test_a_step_no_longer_whole_in_a_full_ring_is_left_out(monkeypatch: pytest.M
         reader.on_step(ended(k))
     ring.entries = [entry(1, 101.3), entry(2, 101.6), entry(3, 101.9)]  # full: its oldest is inside step 6
     out = reader.on_step(ended(8))
-    arr = arrivals.decode({"ts": 102.0, **(out or {})})
-    assert arr is not None and sorted(arr) == [1, 2, 3, 4, 7, 8] and arr[8].groups["0"].count == 1
+    arr = read_back(out, 102.0)
+    assert sorted(arr) == [1, 2, 3, 4, 7, 8] and group_of(arr[8], "0")[1] == [(3, 1)]
 
 
 def test_a_beat_carries_its_listeners_fields_and_survives_a_failing_one(tmp_path: Path,

@@ -11,7 +11,7 @@ and the rank's arrival at up to SAMPLED of them (the first, the last and evenly 
 the same sequence ids on every rank). Each step is whole in itself: the steps a rank has
 read need not be its newest.
 
-On the gateway (`decode`, `clock_offsets`, `step_waits`): per rank and step, how long it
+On the gateway (`columns`, `clock_offsets`, `step_waits`): per rank and step, how long it
 waited for the others at the step's collectives (`waited_s`: from its arrival to the last
 rank's) and how long the others waited for it alone (`late_s`: from the next-latest
 rank's arrival to its own), each the largest over the step's sampled collectives.
@@ -124,7 +124,7 @@ def encode(steps: Mapping[int, StepArrivals], now: float) -> list[Any]:
 
 
 def step_numbers(rec: Mapping[str, Any]) -> list[int] | None:
-    """The steps a record has arrivals for, without decoding them; None when it carries none."""
+    """The steps a record has arrivals for, without reading them; None when it carries none."""
     raw = rec.get("arr")
     if not isinstance(raw, list):
         return None
@@ -134,54 +134,87 @@ def step_numbers(rec: Mapping[str, Any]) -> list[int] | None:
         return None
 
 
-def decode(rec: Mapping[str, Any], only: set[int] | None = None) -> dict[int, StepArrivals] | None:
-    """A record's arrivals by step (own clock, s), of the steps `only` if given; None when it carries
-    none (Flight Recorder off, not in a torch group) or they are malformed."""
-    raw, ts = rec.get("arr"), rec.get("ts")
-    if not isinstance(raw, list) or not isinstance(ts, int | float):
-        return None
-    out: dict[int, StepArrivals] = {}
-    try:
-        for step, start, end, released, data, sync, groups in raw:
-            if only is not None and step not in only:
-                continue
-            one = StepArrivals(ts + start / 1000, ts + end / 1000, bool(released), data / 1000,
-                               None if sync is None else sync / 1000)
-            for name, first, count, times in groups:
-                picks = _picks(count, SAMPLED)
-                if len(picks) != len(times):
-                    raise ValueError("sampled arrivals do not match their count")
-                one.groups[str(name)] = GroupArrivals(first, count, {first + i: ts + t / 1000
-                                                                     for i, t in zip(picks, times, strict=True)})
-            out[int(step)] = one
-    except (TypeError, ValueError):
-        return None
-    return out
-
-
 # --- the gateway ----------------------------------------------------------------------
+@dataclass(slots=True)
+class StepColumn:
+    """One step across the ranks that read it (times on each rank's own clock, s)."""
+
+    busy: dict[int, float] = field(default_factory=dict)  # rank -> from the step's start to its end
+    start: dict[int, float] = field(default_factory=dict)  # rank -> the step's start, where it was a release
+    sync: dict[int, float | None] = field(default_factory=dict)  # rank -> its wait at the sync point ending it
+    data: dict[int, float] = field(default_factory=dict)  # rank -> its wait for data
+    # group -> its members here and, per member, the step's first sequence id there, its count, its
+    # sampled arrivals as the record has them (ms from its `ts`) and that `ts`
+    groups: dict[str, tuple[list[int], list[int], list[int], list[list[int]], list[float]]] = field(
+        default_factory=dict)
+
+
+def columns(records: Mapping[int, Mapping[str, Any]],
+            only: set[int] | None = None) -> tuple[dict[int, StepColumn], set[int]]:
+    """The records' arrivals by step (of the steps `only` if given), and the ranks whose record
+    carries them (a malformed one is left out whole). Column by column: at thousands of ranks,
+    an object per rank and step was most of a judgement's cost."""
+    cols: dict[int, StepColumn] = {}
+    read: set[int] = set()
+    for rank, rec in records.items():
+        raw, ts = rec.get("arr"), rec.get("ts")
+        if not isinstance(raw, list) or not isinstance(ts, int | float):
+            continue
+        try:
+            mine = []
+            for step, start, end, released, data, sync, groups in raw:
+                if only is not None and step not in only:
+                    continue
+                kept = []
+                for name, first, count, times in groups:
+                    if len(_picks(count, SAMPLED)) != len(times) or not isinstance(first, int):
+                        raise ValueError("sampled arrivals do not match their count")
+                    kept.append((name, first, count, times))
+                mine.append((int(step), ts + start / 1000, (end - start) / 1000, bool(released), data / 1000,
+                             None if sync is None else sync / 1000, kept))
+        except (TypeError, ValueError):
+            continue
+        read.add(rank)
+        for step, begun, busy, released, data, sync, kept in mine:
+            col = cols.get(step) or cols.setdefault(step, StepColumn())
+            col.busy[rank], col.sync[rank], col.data[rank] = busy, sync, data
+            if released:
+                col.start[rank] = begun
+            for name, first, count, times in kept:
+                members = col.groups.get(name) or col.groups.setdefault(name, ([], [], [], [], []))
+                members[0].append(rank)
+                members[1].append(first)
+                members[2].append(count)
+                members[3].append(times)
+                members[4].append(ts)
+    return cols, read
+
+
 @dataclass(frozen=True, slots=True)
 class Clock:
     offset_s: float  # this rank's clock minus the reference rank's
     how: str  # "reference" | "same node" | "releases" (measured) | "unchecked" (no release in common)
 
 
-def clock_offsets(arrivals: Mapping[int, Mapping[int, StepArrivals]], nodes: Mapping[int, Any]) -> dict[int, Clock]:
+def clock_offsets(cols: Mapping[int, StepColumn], read: set[int], nodes: Mapping[int, Any]) -> dict[int, Clock]:
     """Each rank's clock against the lowest rank's, one offset per node (one clock per node)."""
-    if not arrivals:
+    if not read:
         return {}
-    ref = min(arrivals)
+    ref = min(read)
     ref_node = nodes.get(ref)
-    ref_releases = {k: s.start for k, s in arrivals[ref].items() if s.released}
     per_node: dict[Any, list[float]] = {}
-    for rank, steps in arrivals.items():
-        if nodes.get(rank) != ref_node:
-            per_node.setdefault(nodes.get(rank), []).extend(
-                s.start - ref_releases[k] for k, s in steps.items() if s.released and k in ref_releases)
-    by_node = {node: Clock(statistics.median(diffs), "releases") for node, diffs in per_node.items() if diffs}
+    for col in cols.values():
+        mark = col.start.get(ref)
+        if mark is None:
+            continue
+        for rank, begun in col.start.items():
+            node = nodes.get(rank)
+            if node != ref_node:
+                per_node.setdefault(node, []).append(begun - mark)
+    by_node = {node: Clock(statistics.median(diffs), "releases") for node, diffs in per_node.items()}
     same, unchecked = Clock(0.0, "same node"), Clock(0.0, "unchecked")
     out = {}
-    for rank in arrivals:
+    for rank in read:
         node = nodes.get(rank)
         if rank == ref:
             out[rank] = Clock(0.0, "reference")
@@ -198,38 +231,34 @@ class Waits:
     late_s: float  # the longest the others waited at one of them for it alone
 
 
-def step_waits(arrivals: Mapping[int, Mapping[int, StepArrivals]],
-               clocks: Mapping[int, Clock]) -> dict[int, dict[int, Waits]]:
+def step_waits(cols: Mapping[int, StepColumn], clocks: Mapping[int, Clock]) -> dict[int, dict[int, Waits]]:
     """Per rank and step, its waits at the step's collectives and the others' waits for it; a rank
-    with the step but no collective in it: zeros."""
+    with the step but no collective in it: zeros. (numpy: at thousands of ranks, Python floats
+    per rank were most of the cost, their garbage collection included.)"""
+    import numpy as np
+
     offset = {rank: c.offset_s for rank, c in clocks.items()}
-    steps = {k for per in arrivals.values() for k in per}
-    out: dict[int, dict[int, Waits]] = {rank: {} for rank in arrivals}
+    out: dict[int, dict[int, Waits]] = {rank: {} for rank in clocks}
     zero = Waits(0.0, 0.0)
-    for k in steps:
-        here = {rank: per[k] for rank, per in arrivals.items() if k in per}
+    for k, col in cols.items():
         waited: dict[int, float] = {}
         late: dict[int, float] = {}
-        for name in {g for s in here.values() for g in s.groups}:
-            ranks = [rank for rank, s in here.items() if name in s.groups]
-            groups = [here[rank].groups[name] for rank in ranks]
-            if len(ranks) < 2 or len({(g.first, g.count) for g in groups}) != 1:
+        for ranks, firsts, counts, rows, stamps in col.groups.values():
+            if len(ranks) < 2 or len(set(firsts)) != 1 or len(set(counts)) != 1:
                 continue  # one member, or their windows cut the group's collectives differently
-            offsets = [offset.get(rank, 0.0) for rank in ranks]
-            most: list[float] | None = None  # per member, its longest wait at the group's collectives
-            for seq in groups[0].at:
-                at = [g.at[seq] - off for g, off in zip(groups, offsets, strict=True)]
-                top = max(at)
-                last = at.index(top)
-                second = max(at[:last] + at[last + 1:])
-                waits = [top - t for t in at]
-                most = waits if most is None else list(map(max, most, waits))
-                if top - second > late.get(ranks[last], 0.0):
-                    late[ranks[last]] = top - second
-            for rank, w in zip(ranks, most or [], strict=False):
-                if w > waited.get(rank, 0.0):
-                    waited[rank] = w
-        for rank in here:
+            # arrivals[member, sampled collective], on the reference rank's clock
+            base = np.array(stamps) - np.array([offset.get(r, 0.0) for r in ranks])
+            at = np.array(rows, dtype=float) / 1000 + base[:, None]
+            top = at.max(axis=0)
+            most = (top - at).max(axis=1)  # per member, its longest wait at the group's collectives
+            lead = top - np.partition(at, -2, axis=0)[-2]  # the last one's lead on the next-latest
+            for i, w in zip(ranks, most.tolist(), strict=True):
+                if w > waited.get(i, 0.0):
+                    waited[i] = w
+            for j, lag in zip(at.argmax(axis=0).tolist(), lead.tolist(), strict=True):
+                if lag > late.get(ranks[j], 0.0):
+                    late[ranks[j]] = lag
+        for rank in col.busy:
             w, lag = waited.get(rank, 0.0), late.get(rank, 0.0)
-            out[rank][k] = Waits(w, lag) if w or lag else zero
+            out.setdefault(rank, {})[k] = Waits(w, lag) if w or lag else zero
     return out

@@ -67,22 +67,22 @@ class RunSteps:
 
     def __init__(self, ranks: dict[int, dict[str, Any]], newest: int | None = None) -> None:
         """`newest`: of the steps every rank has arrivals for, only the newest so many are read
-        (what a judgement looks at: decoding thousands of records is most of its cost)."""
+        (what a judgement looks at: reading thousands of records is most of its cost)."""
         self._ranks = ranks
         only = None
         if newest is not None:
             numbers = [n for rec in ranks.values() if (n := arrivals.step_numbers(rec)) is not None]
             if numbers and len(numbers) == len(ranks):
                 only = set(sorted(set.intersection(*(set(n) for n in numbers)))[-newest:])
-        decoded = {r: arrivals.decode(rec, only) for r, rec in ranks.items()}
-        read = {r: d for r, d in decoded.items() if d is not None}
-        self.clocks = arrivals.clock_offsets(read, {r: ranks[r].get("node_id") for r in read})
-        self._decoded = decoded if read else None
-        self._waits: dict[int, dict[int, arrivals.Waits]] = {}
+        self._cols, read = arrivals.columns(ranks, only)
+        self.clocks = arrivals.clock_offsets(self._cols, read, {r: ranks[r].get("node_id") for r in read})
+        self._waits: dict[int, dict[int, arrivals.Waits]] | None = None
         if read:
-            self._waits = waits = arrivals.step_waits(read, self.clocks)
-            self.work = {r: {k: max(0.0, s.end - s.start - waits[r][k].waited_s) for k, s in d.items()}
-                         if d is not None else {} for r, d in decoded.items()}
+            self._waits = waits = arrivals.step_waits(self._cols, self.clocks)
+            self.work: dict[int, dict[int, float]] = {r: {} for r in ranks}
+            for k, col in self._cols.items():
+                for r, busy in col.busy.items():
+                    self.work[r][k] = max(0.0, busy - waits[r][k].waited_s)
         else:
             self.work = {r: step_times(rec) for r, rec in ranks.items()}
         self._figures: dict[int, RankSteps] | None = None
@@ -93,10 +93,14 @@ class RunSteps:
         return self._figures
 
     def _rows(self) -> dict[int, dict[int, Row]]:
-        if self._decoded is None:
+        if self._waits is None:
             return {r: _from_lists(rec) for r, rec in self._ranks.items()}
-        return {r: {k: (s.end - s.start, s.sync_wait_s, s.data_s, self._waits[r][k].waited_s, self._waits[r][k].late_s)
-                    for k, s in d.items()} if d is not None else {} for r, d in self._decoded.items()}
+        rows: dict[int, dict[int, Row]] = {r: {} for r in self._ranks}
+        for k, col in self._cols.items():
+            for r, busy in col.busy.items():
+                w = self._waits[r][k]
+                rows[r][k] = (busy, col.sync.get(r), col.data.get(r), w.waited_s, w.late_s)
+        return rows
 
     def _make_figures(self) -> dict[int, RankSteps]:
         rows = self._rows()
