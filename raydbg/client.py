@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from raydbg import api_transport, auth, gateway_file
-from raydbg.api_errors import ApiError
+from raydbg.api_errors import AgentsStarting, ApiError
 from raydbg.private_dir import UnsafeDirError, read_own_text, session_name
 from raydbg.proc_identity import ProcessIdentity
 
@@ -26,14 +26,49 @@ if TYPE_CHECKING:
 GatewayError = ApiError
 
 
+# While an activated job's agents start (lifecycle.mark_starting: the first seconds after its
+# driver connects) a client waits for the gateway, this long at most, instead of saying that
+# raydbg is not active. A mark older than STARTING_FRESH_S is a start that died with its driver.
+STARTING_WAIT_S = 10.0
+STARTING_FRESH_S = 60.0
+STARTING_POLL_S = 0.2
+
+
+def starting(mark: dict[str, Any] | None, now: float) -> tuple[float, str] | None:
+    """(seconds ago, by whom) of a fresh mark that the gateway is on its way, else None.
+    Pure; another machine's clock may run a little ahead."""
+    since = (mark or {}).get("since")
+    if isinstance(since, bool) or not isinstance(since, (int, float)) or abs(now - since) > STARTING_FRESH_S:
+        return None
+    by = mark.get("started_by") if mark else None
+    return max(0.0, now - since), by if isinstance(by, str) and by else "an activated job"
+
+
 def _gateway_from_gcs(address: str) -> str | None:
+    """The gateway Ray's KV names for the cluster at `address`. While raydbg's agents are
+    starting there, the gateway once it listens (waiting at most STARTING_WAIT_S), or
+    AgentsStarting: never "not active" for a cluster whose gateway is seconds away."""
+    import time
+
     from raydbg import registry
 
     try:
-        info = registry.get(registry.GATEWAY, registry.client_for(address))
+        gcs = registry.client_for(address)
+        info = registry.get(registry.GATEWAY, gcs)
+        mark = starting(None if info else registry.get(registry.AGENTS_STARTING, gcs), time.time())
+        deadline = time.monotonic() + STARTING_WAIT_S
+        while not info and mark and time.monotonic() < deadline:
+            time.sleep(STARTING_POLL_S)
+            info = registry.get(registry.GATEWAY, gcs)
     except Exception as exc:
         raise GatewayError(f"cannot reach the Ray cluster at {address}: {exc}") from None
-    return info["address"] if info else None
+    if info:
+        return str(info["address"])
+    if mark:
+        ago, by = mark
+        raise AgentsStarting(f"raydbg's agents are still starting on the cluster at {address} ({by}, "
+                             f"{ago:.0f} s ago): try again in a few seconds")
+    return None
 
 
 RAY_TMP = Path("/tmp/ray")
