@@ -60,6 +60,8 @@ def _gateway_from_gcs(address: str) -> str | None:
         while not info and mark and time.monotonic() < deadline:
             time.sleep(STARTING_POLL_S)
             info = registry.get(registry.GATEWAY, gcs)
+        if not info and mark:  # still starting, or the start failed (its mark removed) meanwhile
+            mark = starting(registry.get(registry.AGENTS_STARTING, gcs), time.time())
     except Exception as exc:
         raise GatewayError(f"cannot reach the Ray cluster at {address}: {exc}") from None
     if info:
