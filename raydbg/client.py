@@ -300,5 +300,6 @@ class Gateway:
         reasons = {**HANDSHAKE_REASONS, 404: f"no paused session {sid}",
                    409: f"session {sid} is busy or not attachable yet"}
         # Bounded messages, and a heartbeat: a gateway gone silent ends the relay (raydbg forward).
+        # The handshake may wait on the gateway holding a "starting" session, then on the far node's agent.
         return await api_transport.open_ws(self.peer, http, f"/api/v1/sessions/{sid}/dap", max_msg_size=MAX_WS_MESSAGE,
-                                           heartbeat=WS_HEARTBEAT_S, reasons=reasons)
+                                           heartbeat=WS_HEARTBEAT_S, reasons=reasons, timeout=30.0)
