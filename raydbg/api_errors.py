@@ -10,14 +10,11 @@ No aiohttp import here: the CLI reads these on its start-up path.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from aiohttp import web
-
-log = logging.getLogger("raydbg.agent")
 
 MAX_LINE = 500  # characters of a message sent in a body (client-controlled text included)
 
@@ -124,10 +121,12 @@ async def middleware(request: web.Request, handler: Callable[[web.Request], Awai
     except web.HTTPException:
         raise
     except Exception as exc:
+        import logging
+
         from raydbg import validate
 
         # Client-controlled text escaped: a path cannot forge log lines.
-        log.exception("raydbg agent: %s %s failed", validate.escape(request.method, 16), validate.escape(request.path))
+        logging.getLogger("raydbg.agent").exception("raydbg agent: %s %s failed", validate.escape(request.method, 16), validate.escape(request.path))
         failed = ApiError(f"raydbg agent error: {type(exc).__name__}: {exc} (the agent's log has the traceback)")
         return web.json_response(body(failed), status=500)
 
