@@ -17,6 +17,7 @@ SESSION = "session/"
 AGENT = "agent/"
 EVENT = "event/"
 GATEWAY = "gateway"
+AGENTS_STARTING = "agents-starting"  # {"since", "started_by"}: the gateway is on its way (raydbg.client waits)
 TOKEN = "token"
 _KINDS = {SESSION: "session", AGENT: "agent", EVENT: "event"}
 _EVENT_KEY = re.compile(r"event/(\d{15})-[A-Za-z0-9_.-]{1,128}")

@@ -114,6 +114,7 @@ class NodeAgent:
                 "gcs_address": self.gcs_address,
             }
             registry.put(registry.GATEWAY, gateway)
+            registry.delete(registry.AGENTS_STARTING)  # clients waiting for the gateway find it now
             gateway_file.write(_ray_internals.session_dir(), gateway)
             try:
                 leave_for_local_clients(str(gateway["address"]), self.token)
