@@ -18,7 +18,7 @@ from typing import Any
 from raydbg import _ray_internals, config, ray_nodes, registry
 from raydbg.config import NAMESPACE, agent_name
 from raydbg.ray_nodes import head_node_id
-from raydbg.records import SessionRecord
+from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg")
 

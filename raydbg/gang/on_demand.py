@@ -26,7 +26,7 @@ from typing import Any
 from raydbg import config, registry
 from raydbg.gang import classes, own_threads
 from raydbg.gang.frames import user_frames
-from raydbg.records import SessionRecord
+from raydbg.schema import SessionRecord
 from raydbg.worker import resume, session, thread_trace, user_roots
 
 log = logging.getLogger("raydbg.worker")

@@ -21,7 +21,7 @@ import threading
 import time
 
 from raydbg import registry
-from raydbg.records import SessionRecord
+from raydbg.schema import SessionRecord
 from raydbg.worker import debugger
 
 log = logging.getLogger("raydbg.worker")
