@@ -27,6 +27,8 @@ Port = Annotated[int, Meta(ge=1, le=65535)]
 Rank = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 Count = Annotated[int, Meta(ge=0, le=2**31 - 1)]
 
+INTERNAL = {"x-internal": True}  # a field the gateway never sends (agent/server.py PRIVATE_FIELDS)
+
 SessionState = Literal["starting", "waiting", "attached", "snapshot"]
 
 
@@ -48,7 +50,7 @@ class SnapshotFrame(Record):
 
     function: Annotated[Text, Meta(description="function name (or a `... N more frames` marker)")] = "?"
     file: Annotated[Text, Meta(description="absolute path of its file")] = ""
-    line: Annotated[int, Meta(description="line number")] = 0
+    line: Annotated[int | None, Meta(description="line number (null where Python has none)")] = 0
     locals: Annotated[dict[str, str], Meta(description="name -> safe repr, as the worker wrote it")] = {}
     user: Annotated[bool | UnsetType, Meta(
         description="present and true where the worker's user-code roots make the frame the "
@@ -92,10 +94,10 @@ class SessionRecord(Record):
                     "`snapshot` (a thread `raydbg pause` could not stop yet: blocked in C; it "
                     "turns `starting`, same id, once back in Python)")] = "starting"
     cwd: Annotated[Text, Meta(description="working directory of the worker (for path mappings)")] = ""
-    port: Annotated[Port | None, Meta(
-        description="compatibility mode's TCP debugpy port; internal, the API never shows it")] = None
-    socket: Annotated[Text | None, Meta(
-        description="the worker's private debugger socket; internal, the API never shows it")] = None
+    port: Annotated[Port | None, Meta(description="compatibility mode's TCP debugpy port",
+                                      extra_json_schema=INTERNAL)] = None
+    socket: Annotated[Text | None, Meta(description="the worker's private debugger socket",
+                                        extra_json_schema=INTERNAL)] = None
     frames: Annotated[list[SnapshotFrame] | None, Meta(
         description="a snapshot's frames, innermost first, with their locals")] = None
     attachable: Annotated[bool, Meta(description="`state` is `waiting` or `attached` (set on writing)")] = False
@@ -107,8 +109,10 @@ class SessionRecord(Record):
         return out
 
     def to_json(self) -> bytes:
-        self.attachable = self.state in ("waiting", "attached")
-        return msgspec.json.encode(self)
+        """As the stdlib writes it (registry.put, record_fit): the bytes clients have always read."""
+        import json
+
+        return json.dumps(self.to_dict()).encode()
 
 
 # --- events ----------------------------------------------------------------------------------

@@ -8,14 +8,15 @@ import threading
 import time
 import traceback
 from types import FrameType
-
-import msgspec
+from typing import TYPE_CHECKING
 
 from raydbg import config, ray_context, registry
 from raydbg.records import new_session_id
-from raydbg.schema import ExceptionInfo, SessionEventDetails, SessionRecord, SnapshotFrame
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, MAX_TEXT, cap_text
 from raydbg.worker import debugger, listeners, resume, snapshot, train, user_roots
+
+if TYPE_CHECKING:  # msgspec and the structs are imported at the first pause, not at setup
+    from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg.worker")
 
@@ -60,6 +61,8 @@ def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | Non
     """The record of a pause of `thread` (the calling one if None) at `frame`; for an exception,
     where it shows in the user's code: the innermost traceback entry in a file of the
     user's (user_roots.focus), the raising frame when there is none."""
+    from raydbg.schema import ExceptionInfo, SessionRecord
+
     thread = thread or threading.current_thread()
     named, line = frame, frame.f_lineno
     exception = None
@@ -98,6 +101,10 @@ def publish_snapshot(thread: threading.Thread, top: FrameType, reason: str) -> S
     their locals."""
     rec = build_record(top, reason, None, thread=thread)
     rec.state = "snapshot"
+    import msgspec
+
+    from raydbg.schema import SnapshotFrame
+
     rec.frames = msgspec.convert(snapshot.frames_of(top), list[SnapshotFrame])
     _publish(rec)
     for listener in listeners.ON_PAUSE:
@@ -188,6 +195,8 @@ def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
 
 
 def _event(kind: str, rec: SessionRecord) -> None:
+    from raydbg.schema import SessionEventDetails
+
     try:
         registry.record_event(
             kind, f"session {rec.id} ({rec.function} at {rec.file}:{rec.line}) timed out",
