@@ -251,11 +251,81 @@ class PauseAnswer(Record):
         description="its session record (a SessionRecord), null when none was listed in time")] = None
 
 
+# --- stack reports (docs/hangs.md) -------------------------------------------------------------
+class StackFrame(Record):
+    """One frame of a thread's stack, innermost first (py-spy's, or the worker's own)."""
+
+    function: Annotated[str, Meta(description="qualified function name (`Class.method`)")] = "?"
+    file: Annotated[str, Meta(description="its file")] = ""
+    line: Annotated[int | None, Meta(description="line number")] = None
+    user: Annotated[bool | UnsetType, Meta(
+        description="present and true where the worker's roots make the frame the user's and its "
+                    "path alone would not")] = UNSET
+
+
+class ThreadStack(Record):
+    """One thread of a worker."""
+
+    thread_id: Annotated[int | None, Meta(description="Python thread ident")] = None
+    native_id: Annotated[int | None, Meta(description="OS thread id")] = None
+    name: Annotated[str | None, Meta(description="thread name")] = None
+    idle: Annotated[bool, Meta(description="waiting for work (an idle pool thread, the task loop)")] = False
+    paused: Annotated[bool, Meta(description="stopped by raydbg (a session)")] = False
+    frames: Annotated[list[StackFrame], Meta(description="innermost first")] = []
+
+
+class WorkerStacks(Record):
+    """One worker's stacks, labelled with its Ray identity (`workers` of `GET /api/v1/stacks`)."""
+
+    node_id: Annotated[str, Meta(description="Ray node id (hex)")]
+    pid: Annotated[int, Meta(description="the worker's pid")]
+    node_ip: Annotated[str | None, Meta(description="node IP address")] = None
+    job_id: Annotated[str | None, Meta(description="Ray job id (hex)")] = None
+    actor_id: Annotated[str | None, Meta(description="actor id (hex)")] = None
+    actor_name: Annotated[str | None, Meta(description="actor name or class")] = None
+    task_name: Annotated[str | None, Meta(description="the task it runs, as its process title says")] = None
+    train_run: Annotated[str | None, Meta(description="Ray Train run name")] = None
+    world_rank: Annotated[int | None, Meta(description="Train world rank (`train_rank` of a session)")] = None
+    local_rank: Annotated[int | None, Meta(description="Train local rank")] = None
+    world_size: Annotated[int | None, Meta(description="Train world size")] = None
+    paused: Annotated[bool, Meta(description="a thread of it is paused by raydbg")] = False
+    session_ids: Annotated[list[str], Meta(description="its sessions")] = []
+    source: Annotated[str | None, Meta(description="`py-spy` or `cooperative`; null when none answered")] = None
+    cooperative_format: Annotated[str | UnsetType, Meta(
+        description="`thread`, `json` or `faulthandler`, when cooperative")] = UNSET
+    pyspy_error: Annotated[str | UnsetType, Meta(description="why py-spy failed, when the fallback answered")] = UNSET
+    threads: Annotated[list[ThreadStack], Meta(description="its threads")] = []
+    error: Annotated[str | UnsetType, Meta(description="why no stack could be taken")] = UNSET
+
+
+class StackMember(Record):
+    """A worker in a stack class."""
+
+    node_id: Annotated[str | None, Meta(description="Ray node id (hex)")] = None
+    pid: Annotated[int | None, Meta(description="the worker's pid")] = None
+    world_rank: Annotated[int | None, Meta(description="its Train world rank")] = None
+
+
+class StackClass(Record):
+    """Workers whose main threads show one stack (`classes` of `GET /api/v1/stacks`)."""
+
+    id: Annotated[str, Meta(description="class id (10 hex chars)")]
+    summary: Annotated[str, Meta(description="one line: where they are")]
+    members: Annotated[list[StackMember], Meta(description="its workers, by rank")] = []
+    count: Annotated[int, Meta(description="how many workers")] = 0
+    total: Annotated[int, Meta(description="workers in the report")] = 0
+    paused: Annotated[bool, Meta(description="paused by raydbg")] = False
+    in_collective: Annotated[bool, Meta(description="waiting in a collective")] = False
+    thread: Annotated[str | None, Meta(description="the main thread's name")] = None
+    frames: Annotated[list[StackFrame], Meta(description="the stack, innermost first")] = []
+
+
 # The records whose tables and TypeScript types are generated, in the docs' order.
 DOCUMENTED: tuple[type[Record], ...] = (
     SessionRecord, ExceptionInfo, SnapshotFrame,
     Event, SessionEventDetails, UnreadableSessionDetails, AgentCollectedDetails, MonitorFailedDetails,
     AgentRecord, NodeMemory, MonitorState, GatewayRecord, ProgressBeat, PauseAnswer,
+    WorkerStacks, ThreadStack, StackFrame, StackClass, StackMember,
 )
 
 

@@ -81,9 +81,9 @@ SCHEMAS = {"session": "SessionRecord", "agent": "AgentRecord", "event": "Event",
 KEY_FIELD = {"session": "id", "agent": "node_id"}
 
 
-def check(cls: type[Record], value: Any) -> dict[str, Any]:
+def check(cls: type[Record], value: Any, fill: bool = True) -> dict[str, Any]:
     """`value` (parsed JSON) as it is, with the defaults of the optional fields it lacks filled
-    in; Malformed, in one line naming the first bad field, when it is not a `cls`."""
+    in (unless not `fill`); Malformed, in one line naming the first bad field, when it is not a `cls`."""
     import msgspec
 
     from raydbg import schema
@@ -95,6 +95,8 @@ def check(cls: type[Record], value: Any) -> dict[str, Any]:
         raise Malformed(str(exc)) from None
     # The record as read (unknown fields kept, numbers and key order as written), then the
     # defaults of the fields it lacks.
+    if not fill:
+        return rec
     out = dict(rec)
     for name, default in schema.defaults(cls).items():
         out.setdefault(name, default)

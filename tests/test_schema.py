@@ -186,3 +186,32 @@ def test_the_docs_table_has_every_session_field_and_the_typescript_leaves_out_th
     session_ts = ts.split("export interface SessionRecord {")[1].split("}")[0]
     assert "  port" not in session_ts and "  socket" not in session_ts and "  train_world_size: number | null;" in session_ts
     assert "  user?: boolean;" in ts  # written only when set
+
+
+# --- stack reports and beats from other nodes ----------------------------------------------------
+def test_a_workers_own_stacks_and_their_classes_are_stack_records() -> None:
+    from raydbg.gang import classes, own_threads, worker_labels
+
+    worker = {**worker_labels.base_identity(os.getpid(), "ray::train", "ab" * 28, "10.0.0.2"),
+              "threads": own_threads.threads(), "source": "cooperative", "cooperative_format": "thread"}
+    got = msgspec.convert(worker, schema.WorkerStacks)
+    assert got.threads and got.threads[0].frames and got.source == "cooperative"
+    (klass,) = classes.group([worker])
+    assert msgspec.convert(klass, schema.StackClass).members == [
+        schema.StackMember(node_id="ab" * 28, pid=os.getpid(), world_rank=None)]
+
+
+def test_the_gateway_checks_what_other_nodes_send(monkeypatch: pytest.MonkeyPatch) -> None:
+    import asyncio
+
+    from raydbg import dial
+    from raydbg.gang import collect
+
+    beat = {"ts": 1.5, "step": 3, "source": "progress", "job_id": "01", "node_id": "n2", "pid": 7}
+
+    async def ask_agents(path: str, *a: object, **kw: object) -> tuple[list[object], list[dict[str, str]]]:
+        return [[beat, {"ts": "yesterday", "step": 1}, "junk"], {"not": "a list"}], []
+
+    monkeypatch.setattr(dial, "ask_agents", ask_agents)
+    monkeypatch.setattr(progress_records, "read_all", lambda: [])
+    assert asyncio.run(collect.merged_progress("t", "n1")) == ([beat], [])

@@ -251,3 +251,103 @@ export interface PauseAnswer {
   /** its session record (a SessionRecord), null when none was listed in time */
   session: Record<string, unknown> | null;
 }
+
+/** One worker's stacks, labelled with its Ray identity (`workers` of `GET /api/v1/stacks`). */
+export interface WorkerStacks {
+  /** Ray node id (hex) */
+  node_id: string;
+  /** the worker's pid */
+  pid: number;
+  /** node IP address */
+  node_ip: string | null;
+  /** Ray job id (hex) */
+  job_id: string | null;
+  /** actor id (hex) */
+  actor_id: string | null;
+  /** actor name or class */
+  actor_name: string | null;
+  /** the task it runs, as its process title says */
+  task_name: string | null;
+  /** Ray Train run name */
+  train_run: string | null;
+  /** Train world rank (`train_rank` of a session) */
+  world_rank: number | null;
+  /** Train local rank */
+  local_rank: number | null;
+  /** Train world size */
+  world_size: number | null;
+  /** a thread of it is paused by raydbg */
+  paused: boolean;
+  /** its sessions */
+  session_ids: string[];
+  /** `py-spy` or `cooperative`; null when none answered */
+  source: string | null;
+  /** `thread`, `json` or `faulthandler`, when cooperative */
+  cooperative_format?: string;
+  /** why py-spy failed, when the fallback answered */
+  pyspy_error?: string;
+  /** its threads */
+  threads: ThreadStack[];
+  /** why no stack could be taken */
+  error?: string;
+}
+
+/** One thread of a worker. */
+export interface ThreadStack {
+  /** Python thread ident */
+  thread_id: number | null;
+  /** OS thread id */
+  native_id: number | null;
+  /** thread name */
+  name: string | null;
+  /** waiting for work (an idle pool thread, the task loop) */
+  idle: boolean;
+  /** stopped by raydbg (a session) */
+  paused: boolean;
+  /** innermost first */
+  frames: StackFrame[];
+}
+
+/** One frame of a thread's stack, innermost first (py-spy's, or the worker's own). */
+export interface StackFrame {
+  /** qualified function name (`Class.method`) */
+  function: string;
+  /** its file */
+  file: string;
+  /** line number */
+  line: number | null;
+  /** present and true where the worker's roots make the frame the user's and its path alone would not */
+  user?: boolean;
+}
+
+/** Workers whose main threads show one stack (`classes` of `GET /api/v1/stacks`). */
+export interface StackClass {
+  /** class id (10 hex chars) */
+  id: string;
+  /** one line: where they are */
+  summary: string;
+  /** its workers, by rank */
+  members: StackMember[];
+  /** how many workers */
+  count: number;
+  /** workers in the report */
+  total: number;
+  /** paused by raydbg */
+  paused: boolean;
+  /** waiting in a collective */
+  in_collective: boolean;
+  /** the main thread's name */
+  thread: string | null;
+  /** the stack, innermost first */
+  frames: StackFrame[];
+}
+
+/** A worker in a stack class. */
+export interface StackMember {
+  /** Ray node id (hex) */
+  node_id: string | null;
+  /** the worker's pid */
+  pid: number | null;
+  /** its Train world rank */
+  world_rank: number | null;
+}
