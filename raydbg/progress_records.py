@@ -25,6 +25,7 @@ from typing import Any
 import psutil
 
 from raydbg.private_dir import UnsafeDirError, open_private, private_dir
+from raydbg.record_rules import TRAIN_NAMES
 
 RECORD_SIZE = 2048  # fixed, padded with spaces: a rewrite always covers the previous one
 IDENTITY_RETRY_S = 10.0  # a worker that beat before its Train context existed looks again
@@ -69,10 +70,7 @@ def _identity() -> dict[str, Any]:
         "node_id": ctx.get("node_id", ""),
         "task_id": ctx.get("task_id"),
         "actor_id": ctx.get("actor_id"),
-        "train_run": ctx.get("train_run"),
-        "world_rank": ctx.get("train_rank"),
-        "local_rank": ctx.get("train_local_rank"),
-        "world_size": ctx.get("train_world_size"),
+        **{name: ctx.get(session_name) for session_name, name in TRAIN_NAMES.items()},
     }
 
 
@@ -223,7 +221,12 @@ def done() -> None:
 
 
 def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
-    """Every live worker's last beat on this node; records of dead pids are removed."""
+    """Every live worker's last beat on this node (each a schema.ProgressBeat, the listeners'
+    fields kept); records of dead pids are removed, those that are not a beat skipped."""
+    import msgspec  # the agent's side: a worker never reads beats
+
+    from raydbg.schema import ProgressBeat
+
     try:
         directory = directory or progress_dir()
         names = os.listdir(directory)
@@ -247,10 +250,10 @@ def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
             finally:
                 os.close(fd)
             rec = json.loads(raw)
-        except (OSError, ValueError):
+            msgspec.convert(rec, ProgressBeat)
+        except (OSError, ValueError):  # a torn write, or not a beat (ValidationError is one)
             continue
-        if isinstance(rec, dict):
-            out.append(rec)
+        out.append(rec)
     return out
 
 

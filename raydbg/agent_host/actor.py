@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry
+from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry, schema
 from raydbg.agent import collector, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
@@ -164,7 +164,7 @@ class NodeAgent:
         if self.monitor_watch.needs_event(state):
             registry.record_event(
                 "monitor.failed", f"memory monitor not running: {state['reason']}",
-                node_id=self.node_id, reason=state["reason"],
+                node_id=self.node_id, details=schema.MonitorFailedDetails(reason=state["reason"]),
             )  # fmt: skip
         return state
 

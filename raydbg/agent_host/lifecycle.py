@@ -13,12 +13,14 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raydbg import _ray_internals, config, ray_nodes, registry
 from raydbg.config import NAMESPACE, agent_name
 from raydbg.ray_nodes import head_node_id
-from raydbg.records import SessionRecord
+
+if TYPE_CHECKING:  # msgspec is imported where a record is written
+    from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg")
 

@@ -47,14 +47,14 @@ from typing import Any
 from raydbg import proc_identity, ray_context
 from raydbg.gang import own_threads
 from raydbg.gang.frames import looks_idle
+from raydbg.record_rules import TRAIN_NAMES
 
 SIGNUM = signal.SIGUSR2
 THREAD_NAME = "raydbg-stacks"
 STACKS_REQUEST, PAUSE_REQUEST = b"?", b"p"  # the bytes written to a worker's FIFO
 PAUSE_ANSWER = ".pause"  # suffix of the file a pause request is answered in
 # A snapshot's "train": the stacks contract's labels from the session record's Train fields.
-TRAIN_LABELS = {"train_run": "train_run", "world_rank": "train_rank", "local_rank": "train_local_rank",
-                "world_size": "train_world_size"}
+TRAIN_LABELS = {label: field for field, label in TRAIN_NAMES.items()}
 _installed: dict[str, Any] = {}
 _listening: dict[str, Any] = {}
 

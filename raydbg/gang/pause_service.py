@@ -17,12 +17,14 @@ import pwd
 import time
 from typing import Any
 
+import msgspec
 import psutil
 
 from raydbg import dial, registry
 from raydbg.api_errors import BadRequest, Conflict, Forbidden, NotFound
 from raydbg.gang import collect, cooperative, pause_target
 from raydbg.gang.pyspy import StackError
+from raydbg.schema import PauseAnswer
 
 DEFAULT_WAIT_S = 5.0
 MAX_WAIT_S = 60.0
@@ -116,6 +118,7 @@ async def pause(body: Any, *, token: str, node_id: str) -> dict[str, Any]:
                                        token=token, timeout_s=NODE_TIMEOUT_S + 5)
     # `since` of a record is the worker's clock: a second's skew between nodes still matches.
     session = await _listed(worker, started - 1.0, wait_s)
-    return {"target": body["target"], "node_id": worker.node_id, "pid": worker.pid,
-            "train_run": worker.train_run, "world_rank": worker.world_rank,
-            "thread": answer.get("thread"), "session": session}
+    out: dict[str, Any] = msgspec.to_builtins(PauseAnswer(
+        target=body["target"], node_id=worker.node_id, pid=worker.pid, train_run=worker.train_run,
+        world_rank=worker.world_rank, thread=answer.get("thread"), session=session))
+    return out
