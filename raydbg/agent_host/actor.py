@@ -48,7 +48,7 @@ class NodeAgent:
         self.watch_nodes = watch_nodes and is_head
         self.node_ip = ray.util.get_node_ip_address()
         self.gcs_address = ray.get_runtime_context().gcs_address
-        self.token = agent_token(is_head)
+        self.token = agent_token()
         self.server = AgentServer(
             node_id, self.node_ip, self.token, is_head, nodes_fn=nodes.cluster_nodes if is_head else None,
             features=FEATURES,

@@ -166,6 +166,13 @@ def _py_db() -> Any:
     return pydevd.get_global_debugger()
 
 
+def paused_threads() -> frozenset[int]:
+    """Idents of the threads raydbg holds stopped in this worker right now.
+
+    No lock: a signal handler (the stacks fallback) may ask while its thread holds `_lock`."""
+    return frozenset(_paused_threads)
+
+
 def client_attached() -> bool:
     py_db = _py_db()
     return bool(py_db is not None and py_db.is_attached())
@@ -235,15 +242,6 @@ def _start_watcher() -> None:
     t.pydev_do_not_trace = True  # type: ignore[attr-defined]
     t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
     t.start()
-
-
-def wait_for_client(timeout: float | None, poll: float = 0.02) -> bool:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not client_attached():
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(poll)
-    return True
 
 
 def _monitoring_for_steps(py_db: Any, thread_ident: int | None, frame: FrameType) -> None:

@@ -122,7 +122,7 @@ def _resume_suspended(ours: threading.Thread) -> None:
     if set_additional_thread_info(ours).pydev_state != STATE_SUSPEND:
         return
     # Threads of other raydbg sessions in this worker (debugger.py keeps that set).
-    others_paused = set(getattr(debugger, "_paused_threads", ())) - {ours.ident}
+    others_paused = set(debugger.paused_threads()) - {ours.ident}
     for t in pydevd_utils.get_non_pydevd_threads():
         if t is not ours and t.ident in others_paused:
             continue  # another raydbg session: its own continue resumes it

@@ -171,7 +171,7 @@ def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
                 "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
                 rec.id, timeout, what,
             )
-            _event("session.timeout", rec)
+            _record_timeout(rec)
             metrics().timed_out.add(1, reason=reason)
             return "timed_out"
         rec.state = "attached"
@@ -183,10 +183,10 @@ def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
         _publish(rec)
 
 
-def _event(kind: str, rec: SessionRecord) -> None:
+def _record_timeout(rec: SessionRecord) -> None:
     try:
         registry.record_event(
-            kind, f"session {rec.id} ({rec.function} at {rec.file}:{rec.line}) timed out",
+            "session.timeout", f"session {rec.id} ({rec.function} at {rec.file}:{rec.line}) timed out",
             node_id=rec.node_id, session=rec.id, pid=rec.pid,
         )
     except Exception:
