@@ -354,12 +354,12 @@ from raydbg.telemetry.prometheus import prometheus_text
 telemetry.setup("agent")
 from kv_support import DictKv
 registry.use_client(DictKv())
-from raydbg.gang import collect, hang_service
+from raydbg.gang import cluster_view, hang_service
 
 async def no_stacks(**kw):
     raise RuntimeError("no cluster here")
 
-collect.cluster_stacks = no_stacks  # the stacks part needs Ray; the event carries the error
+cluster_view.cluster_stacks = no_stacks  # the stacks part needs Ray; the event carries the error
 server = type("Server", (), {{"token": "t", "node_id": "n1"}})()
 found = {{"job_id": "01000000", "train_run": "run-a", "stalled_for_s": 301.0, "ranks": [0, 1]}}
 ev = asyncio.run(hang_service.record(server, found))

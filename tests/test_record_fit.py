@@ -17,7 +17,7 @@ import pytest
 from kv_support import DictKv
 
 from raydbg import record_fit, registry, validate
-from raydbg.agent import collector
+from raydbg.agent import dead_records
 from raydbg.gang import classes, hang, on_demand
 from raydbg.records import SessionRecord
 from raydbg.worker import resume, session
@@ -174,9 +174,9 @@ def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictK
            b"session/not-json": b"\xff\xfe", b"session/no-pid": b'{"id": "no-pid"}',
            b"session/\xff\n": b"{"}  # a key that is not UTF-8: removed as listed
     kv.data.update(bad)
-    collector.collect("n1")  # a node agent (not the gateway) leaves them to the gateway
+    dead_records.collect("n1")  # a node agent (not the gateway) leaves them to the gateway
     assert all(k in kv.data for k in bad)
-    collector.collect("n1", alive_nodes={"n1"})  # the gateway removes them, and says so
+    dead_records.collect("n1", alive_nodes={"n1"})  # the gateway removes them, and says so
     assert not any(k in kv.data for k in bad)
     assert registry.get(registry.SESSION + good.id) is not None  # a live worker's record stays
     gone = sorted(e["details"]["key"] for e in registry.events() if e["kind"] == "session.collected")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry
-from raydbg.agent import collector, nodes
+from raydbg.agent import dead_records, nodes
 from raydbg.agent.monitor_state import MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
 from raydbg.agent.token import agent_token, leave_for_local_clients
@@ -151,7 +151,7 @@ class NodeAgent:
                 log.exception("raydbg agent heartbeat failed")
             try:  # on its own: a bad record read above must not stop the collector
                 alive = nodes.alive_node_ids() if self.is_head else None
-                collector.collect(self.node_id, alive)
+                dead_records.collect(self.node_id, alive)
             except Exception:
                 log.exception("raydbg agent: collecting dead sessions failed")
 

@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from raydbg import dial, registry
-from raydbg.gang import collect, cooperative, pause_target
+from raydbg.gang import cluster_view, cooperative, pause_target
 from raydbg.gang.pyspy import StackError
 
 DEFAULT_WAIT_S = 5.0
@@ -73,11 +73,11 @@ async def _find(target: pause_target.Target, job: str | None, token: str,
     """Ranks and pids from the progress beats (cheap); a class, or a pid that never beat,
     from the stacks report."""
     if target.kind != "class":
-        beats, _ = await collect.merged_progress(token, node_id)
+        beats, _ = await cluster_view.merged_progress(token, node_id)
         found = pause_target.from_beats(target, [b for b in beats if not job or b.get("job_id") == job])
         if found is not None:
             return found
-    report = await collect.cluster_stacks(job=job, token=token, self_node_id=node_id, use_pyspy=False)
+    report = await cluster_view.cluster_stacks(job=job, token=token, self_node_id=node_id, use_pyspy=False)
     found = pause_target.from_stacks(target, report)
     if found is None:
         raise PauseRefused(404, pause_target.not_found(target))

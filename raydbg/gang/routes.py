@@ -25,7 +25,7 @@ from aiohttp import web
 
 from raydbg import _ray_internals, progress_records, registry, validate
 from raydbg.agent.server import AgentServer, bad_request, json_body
-from raydbg.gang import collect, hang_service, node, pause, pause_service, stragglers
+from raydbg.gang import cluster_view, hang_service, node, pause, pause_service, stragglers
 from raydbg.telemetry import attempts
 from raydbg.worker import resume
 
@@ -98,7 +98,7 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
         return web.json_response({"node_id": agent.node_id, "workers": workers})
 
     async def cluster_stacks(request: web.Request) -> web.Response:
-        answer = await collect.cluster_stacks(
+        answer = await cluster_view.cluster_stacks(
             job=request.query.get("job") or None, run=request.query.get("run") or None,
             native=_flag(request, "native", False), token=agent.token, self_node_id=agent.node_id,
             use_pyspy=_flag(request, "pyspy", True), use_thread=_flag(request, "thread", True))
@@ -193,13 +193,13 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
     async def progress_all(request: web.Request) -> web.Response:
         if not agent.is_head:
             return web.json_response({"error": "not the gateway"}, status=404)
-        beats, errors = await collect.merged_progress(agent.token, agent.node_id)
+        beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         return web.json_response({"progress": beats, "errors": errors})
 
     async def steps(request: web.Request) -> web.Response:
         if not agent.is_head:
             return web.json_response({"error": "not the gateway"}, status=404)
-        beats, errors = await collect.merged_progress(agent.token, agent.node_id)
+        beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         runs = stragglers.steps_view(beats, time.time(), job=request.query.get("job") or None,
                                      run=request.query.get("run") or None)
         return web.json_response({"runs": runs, "errors": errors})
