@@ -108,7 +108,7 @@ class Probe:
         """Why raydbg's tracer would still be set here (a note when it is): its own flags."""
         import threading
 
-        dbg = sys.modules.get("raydbg.worker.debugger")
+        dbg = sys.modules.get("raydbg.worker.debugpy_control")
         if dbg is None:
             return {}
         return {"tracing": dbg._tracing, "client_attached": dbg.client_attached(),

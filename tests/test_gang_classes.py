@@ -31,7 +31,7 @@ ALL_REDUCE = [
 SLEEPING = [fr("train_step", USER, 99), fr("train_loop", USER, 120), fr("run", "/usr/lib/python3.11/threading.py", 982)]
 PAUSED = [
     fr("do_wait_suspend", f"{SITE}/debugpy/_vendored/pydevd/pydevd.py", 2100),
-    fr("suspend", "/work/raydbg/raydbg/worker/debugger.py", 190),
+    fr("suspend", "/work/raydbg/raydbg/worker/debugpy_control.py", 190),
     fr("breakpointhook", f"{SITE}/raydbg/worker/hook.py", 24),
     fr("train_step", USER, 108),
     fr("train_loop", USER, 120),
@@ -60,7 +60,7 @@ def test_filter_folds_library_frames_and_keeps_user_code() -> None:
     assert frames.is_internal(fr("f", "<frozen importlib._bootstrap>", 1))
     # Issue 39: generated code (`exec`: a dataclass's `__init__`, a namedtuple) is never the user's.
     assert frames.is_internal(fr("f", "<string>", 3))
-    assert frames.is_internal(fr("suspend", os.path.dirname(raydbg.__file__) + "/worker/debugger.py", 10))
+    assert frames.is_internal(fr("suspend", os.path.dirname(raydbg.__file__) + "/worker/debugpy_control.py", 10))
 
 
 def test_collective_detection() -> None:

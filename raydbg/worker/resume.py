@@ -22,7 +22,7 @@ import time
 
 from raydbg import registry
 from raydbg.records import SessionRecord
-from raydbg.worker import debugger
+from raydbg.worker import debugpy_control
 
 log = logging.getLogger("raydbg.worker")
 
@@ -121,8 +121,8 @@ def _resume_suspended(ours: threading.Thread) -> None:
 
     if set_additional_thread_info(ours).pydev_state != STATE_SUSPEND:
         return
-    # Threads of other raydbg sessions in this worker (debugger.py keeps that set).
-    others_paused = set(debugger.paused_threads()) - {ours.ident}
+    # Threads of other raydbg sessions in this worker (debugpy_control.py keeps that set).
+    others_paused = set(debugpy_control.paused_threads()) - {ours.ident}
     for t in pydevd_utils.get_non_pydevd_threads():
         if t is not ours and t.ident in others_paused:
             continue  # another raydbg session: its own continue resumes it
@@ -165,7 +165,7 @@ def wait_for_client(rec: SessionRecord, timeout: float | None, poll: float = 0.0
     while True:
         if w.requested.is_set():
             return "resumed"
-        if debugger.client_attached():
+        if debugpy_control.client_attached():
             return "attached"
         if deadline is not None and time.monotonic() >= deadline:
             return "timeout"
