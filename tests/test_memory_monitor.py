@@ -17,7 +17,7 @@ from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_aliv
 from raydbg.memory.node_memory import NodeMemory
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
 from raydbg.memory.process_memory import ProcMem
-from raydbg.memory.work import Resolver, candidates, ray_title, retries_left
+from raydbg.memory.worker_tasks import Resolver, join_candidates, ray_title, retries_left
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -430,7 +430,7 @@ def test_candidates_join() -> None:
     actors = [ActorRow("a12", 12, "A", "", "j", "owner", 2, 1, "n", 90.0)]
     out = {
         c.pid: c
-        for c in candidates(
+        for c in join_candidates(
             procs, titles, tasks, actors, {"t10": 3}, {"t10": 1}, protect=frozenset({14})
         )
     }
@@ -513,7 +513,7 @@ def test_a_record_matches_the_title_ray_gives_its_task() -> None:
 
 
 def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
-    from raydbg.memory.work import merge_local
+    from raydbg.memory.worker_tasks import merge_local
 
     gcs = [TaskRow("old", 0, "f", "j", "caller", 10, "n", 100.0)]
     recs = {

@@ -18,7 +18,7 @@ from kv_support import DictKv
 
 from raydbg import record_fit, registry, validate
 from raydbg.agent import dead_records
-from raydbg.gang import classes, hang, on_demand
+from raydbg.gang import hang, on_demand, stack_classes
 from raydbg.records import SessionRecord
 from raydbg.worker import resume, session
 
@@ -131,7 +131,7 @@ def blocked_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Th
     monkeypatch.setenv("RAYDBG_RESUME_POLL_S", "0.05")
     monkeypatch.delenv("RAYDBG_WAIT_TIMEOUT", raising=False)
     go = threading.Event()
-    thread = threading.Thread(target=_deep, args=(44, go), name=f"{classes.TRAIN_THREAD_PREFIX}loop)", daemon=True)
+    thread = threading.Thread(target=_deep, args=(44, go), name=f"{stack_classes.TRAIN_THREAD_PREFIX}loop)", daemon=True)
     thread.start()
     _until(lambda: (f := sys._current_frames().get(thread.ident or 0)) is not None and f.f_code.co_name == "wait")
     yield thread, go

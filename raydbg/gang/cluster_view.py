@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from raydbg import _ray_internals, dial, progress_records, registry
-from raydbg.gang import classes, node, pyspy, worker_labels
+from raydbg.gang import node, pyspy, stack_classes, worker_labels
 from raydbg.telemetry import attempts
 
 AGENT_TIMEOUT_S = 15.0  # an agent's stacks: py-spy dumps of every worker on its node
@@ -107,13 +107,13 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
         if w.get("error"):
             errors.append({"node_id": str(w.get("node_id")), "pid": w.get("pid"), "error": w["error"]})
     dumped = [w for w in workers if w.get("threads")]
-    runs = classes.runs(workers, progress)
+    runs = stack_classes.runs(workers, progress)
     summaries = attempts.summarize(records)
     for r in runs:
         r["attempts"] = attempts.attempts_of(summaries, r["run"], r["job_id"])
     return {
         "workers": workers,
-        "classes": classes.group(dumped),
+        "classes": stack_classes.group(dumped),
         "runs": runs,
         "errors": errors,
         "took_s": round(time.monotonic() - start, 4),

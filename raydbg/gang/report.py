@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from raydbg.gang import classes, frames
+from raydbg.gang import frames, stack_classes
 from raydbg.gang.ranks import rank_ranges
 from raydbg.telemetry.attempts import attempt_line
 
@@ -36,7 +36,7 @@ def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
     size = run["world_size"]
     lines = [f"run {run['run']}  world size {size}  (job {run['job_id']})"]
     lines += [f"  {attempt_line(a)}" for a in run.get("attempts") or []]  # Train's restarts, oldest first
-    for cls in classes.group(members):
+    for cls in stack_classes.group(members):
         ranks = [int(m["world_rank"]) for m in cls["members"]]
         tag = "  [in a collective]" if cls["in_collective"] else ""
         lines.append(f"  {_ranks(ranks)} ({len(ranks)}/{size}): {cls['summary']}{tag}")
@@ -68,7 +68,7 @@ def other_lines(workers: list[dict[str, Any]]) -> list[str]:
         return []
     by_id = {(w.get("node_id"), w.get("pid")): w for w in rest}
     lines = [f"other workers ({len(rest)})"]
-    for cls in classes.group(rest):
+    for cls in stack_classes.group(rest):
         names = [_worker_name(by_id[(m["node_id"], m["pid"])]) for m in cls["members"]]
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         lines.append(f"  {cls['count']}/{cls['total']} {shown}: {cls['summary']}")

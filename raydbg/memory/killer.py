@@ -170,7 +170,7 @@ class Killer:
 
 
 class Killable:
-    """A monitor's `Who` (work.Resolver) without the processes its Killer would refuse:
+    """A monitor's `Who` (worker_tasks.Resolver) without the processes its Killer would refuse:
     not a child of the raylet, or refused before. Otherwise a refused top pick would be
     chosen again every round while the node fills up."""
 

@@ -35,7 +35,7 @@ from raydbg.memory.policy import (
 )
 from raydbg.memory.process_memory import ProcMem, scan
 from raydbg.memory.settings import Settings
-from raydbg.memory.work import titles
+from raydbg.memory.worker_tasks import titles
 
 log = logging.getLogger("raydbg.memory")
 
@@ -73,7 +73,7 @@ class MonitorConfig:
 
 
 class Who(Protocol):
-    """Turns the node's processes into policy candidates (work.Resolver in production)."""
+    """Turns the node's processes into policy candidates (worker_tasks.Resolver in production)."""
 
     def candidates(
         self, procs: dict[int, ProcMem], growth: dict[int, float]

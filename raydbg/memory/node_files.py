@@ -159,7 +159,7 @@ def static_fields(name: str, job_id: str, function_id: str) -> str:
 
 def matches_title(name: str, title: str | None) -> bool:
     """Does a record's task `name` name what the worker's process title (`ray::<task
-    name>`, work.ray_title: up to the first space) says it runs now? A record outlives
+    name>`, worker_tasks.ray_title: up to the first space) says it runs now? A record outlives
     its task; the title does not."""
     if not title:
         return False

@@ -117,7 +117,7 @@ def build(
     from raydbg import _ray_internals, registry
     from raydbg.memory import budgets
     from raydbg.memory.gpu import GpuReader
-    from raydbg.memory.work import GcsView, Resolver
+    from raydbg.memory.worker_tasks import GcsView, Resolver
 
     gcs = _ray_internals.gcs_client(gcs_address)
     budgets.use_client(gcs)  # the registry's client too
