@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from raydbg.private_dir import UnsafeDirError, open_private, private_dir
+from raydbg.proc_identity import pid_alive
 
 RECORD_SIZE = 2048  # fixed, padded with spaces: a rewrite always covers the previous one
 IDENTITY_RETRY_S = 10.0  # a worker that beat before its Train context existed looks again
@@ -234,7 +233,7 @@ def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
         if not name.isdigit():
             continue
         path = directory / name
-        if not psutil.pid_exists(int(name)):
+        if not pid_alive(int(name)):
             try:
                 os.unlink(path)
             except OSError:

@@ -13,11 +13,12 @@ import pytest
 
 from raydbg.gcs_tables import ActorRow, TaskRow
 from raydbg.memory.kernel_files import Roots
-from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
+from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig
 from raydbg.memory.node_memory import NodeMemory
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
 from raydbg.memory.process_memory import ProcMem
 from raydbg.memory.worker_tasks import Resolver, join_candidates, ray_title, retries_left
+from raydbg.proc_identity import pid_alive
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -405,8 +406,7 @@ def test_pid_alive_on_fake_and_real(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     write(proc / "5" / "stat", "5 (x) Z 1 5\n")
     write(proc / "6" / "stat", "6 (a) b) S 1 6\n")
-    roots = Roots(proc=proc)
-    assert not pid_alive(5, roots) and pid_alive(6, roots) and not pid_alive(7, roots)
+    assert not pid_alive(5, proc) and pid_alive(6, proc) and not pid_alive(7, proc)
     import os
 
     assert pid_alive(os.getpid())

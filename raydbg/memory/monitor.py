@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from raydbg.memory import node_files, settings
 from raydbg.memory.events import Metrics, kill_event
-from raydbg.memory.kernel_files import Roots
 from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.node_memory import NodeMeasurer, NodeMemory
 from raydbg.memory.policy import (
@@ -36,6 +35,7 @@ from raydbg.memory.policy import (
 from raydbg.memory.process_memory import ProcMem, scan
 from raydbg.memory.settings import Settings
 from raydbg.memory.worker_tasks import titles
+from raydbg.proc_identity import pid_alive
 
 log = logging.getLogger("raydbg.memory")
 
@@ -84,16 +84,6 @@ def sigkill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def pid_alive(pid: int, roots: Roots | None = None) -> bool:
-    """False once the process is gone or a zombie (its memory is then released)."""
-    roots = roots or Roots()
-    try:
-        text = (roots.proc / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2 : text.rfind(")") + 3] not in ("Z", "X")
-
-
 class Growth:
     """Bytes/s over a short window (least noisy: first vs last sample in the window)."""
 
@@ -130,7 +120,7 @@ class MemoryMonitor:
         self.measurer = measurer or NodeMeasurer()
         self.config = config or MonitorConfig.current()
         self.node_id = node_id
-        self.alive = alive or (lambda pid: pid_alive(pid, self.measurer.roots))
+        self.alive = alive or (lambda pid: pid_alive(pid, self.measurer.roots.proc))
         self.clock = clock
         self.on_kill = on_kill
         self.pending: dict[int, float] = {}  # victim pid -> kill time

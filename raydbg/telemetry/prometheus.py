@@ -34,22 +34,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric as PromMetric
 
 from raydbg.private_dir import open_own_file, open_private
+from raydbg.proc_identity import pid_alive
 from raydbg.telemetry import raycontext
 from raydbg.telemetry.jsonl import SNAPSHOT_SUFFIX
 from raydbg.telemetry.promconvert import families, target_info
 from raydbg.telemetry.provider import LABEL_RESOURCE_KEYS, SCOPE, state
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _point_data(rec: Mapping[str, Any]) -> Sum | Gauge | Histogram:
@@ -98,7 +89,7 @@ def _node_data(directory: str, skip_pid: int | None) -> Iterator[MetricsData]:
             pid = int(snap.get("resource", {}).get("process.pid", 0))
         except (OSError, ValueError):
             continue
-        if pid == skip_pid or not _alive(pid):
+        if pid == skip_pid or not pid_alive(pid):
             continue  # served live; or dead, and a dead process's gauges would lie
         yield snapshot_to_metrics_data(snap)
 
