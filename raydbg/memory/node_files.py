@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from raydbg.private_dir import check_private, open_private, private_dir
+from raydbg.private_dir import check_private, open_private, private_dir, private_name
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
 FLAG_SIZE = 64  # fixed: a reader's map of it never reaches past the end
@@ -48,7 +48,7 @@ def run_dir() -> Path:
     base = os.environ.get("RAYDBG_RUN_DIR")
     found = _run_dirs.get(base)
     if found is None:
-        found = Path(base) if base else _shared_root() / f"raydbg-{os.getuid()}" / "tasks"
+        found = Path(base) if base else _shared_root() / private_name() / "tasks"
         found = _run_dirs[base] = found
     return found
 
@@ -62,7 +62,7 @@ def ensure_run_dir(directory: Path | None = None) -> Path:
     d = directory or run_dir()
     if d not in _checked:
         root = _shared_root()
-        if d == root / f"raydbg-{os.getuid()}" / "tasks":
+        if d == root / private_name() / "tasks":
             private_dir(root, "tasks")
         else:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
