@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raydbg
-from raydbg.gang import cooperative, frames, pyspy, report, stack_classes
+from raydbg.gang import cooperative_agent, frames, pyspy, report, stack_classes
 from raydbg.gang.ranks import rank_ranges
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -198,16 +198,16 @@ Current thread 0x00007f0000000002 (most recent call first):
 
 
 def test_parse_faulthandler_text() -> None:
-    threads = cooperative.parse_faulthandler(FAULTHANDLER)
+    threads = cooperative_agent.parse_faulthandler(FAULTHANDLER)
     assert [t["thread_id"] for t in threads] == [0x7F0000000001, 0x7F0000000002]
     assert threads[0]["frames"][0] == {"function": "train_step", "file": USER, "line": 99}
     assert threads[1]["frames"] == [fr("main_loop", f"{SITE}/ray/_private/worker.py", 990)]
-    assert cooperative.parse_faulthandler("") == []
+    assert cooperative_agent.parse_faulthandler("") == []
 
 
 @given(st.text(max_size=400))
 def test_parse_faulthandler_never_raises(text: str) -> None:
-    assert isinstance(cooperative.parse_faulthandler(text), list)
+    assert isinstance(cooperative_agent.parse_faulthandler(text), list)
 
 
 def test_report_of_a_run() -> None:

@@ -1,6 +1,6 @@
-"""One node's WorkerStacks: identify the Ray workers here, then dump them in parallel.
+"""One node's WorkerStacks (agent side, in every node agent): identify the Ray workers here, then dump them in parallel.
 
-A raydbg-activated worker is asked through its stacks thread first (cooperative.ask: no
+A raydbg-activated worker is asked through its stacks thread first (cooperative_agent.ask: no
 ptrace stop, no process started; all at once), unless the request wants native frames or
 cooperative=False. py-spy for the others, and for a worker whose thread did not answer
 (unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in the request),
@@ -15,7 +15,7 @@ import asyncio
 import os
 from typing import Any
 
-from raydbg.gang import cooperative, pyspy, worker_labels
+from raydbg.gang import cooperative_agent, pyspy, worker_labels
 
 PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
 THREAD_TIMEOUT_S = 1.0  # a stacks thread that needs longer (its GIL held in C): py-spy instead
@@ -42,9 +42,9 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
     errors: list[str] = []
     pyspy_error: str | None = None
     pid = int(w["pid"])
-    if use_thread and not native and cooperative.listening(pid):
+    if use_thread and not native and cooperative_agent.listening(pid):
         try:
-            snap = await cooperative.ask_snapshot(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
+            snap = await cooperative_agent.ask_snapshot(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
             w["threads"], w["source"], w["cooperative_format"] = snap["threads"], "cooperative", "thread"
             for key in ("collectives", "process_groups", "p2p_waits"):  # a rank's wait-for graph inputs
                 if snap.get(key) is not None:
@@ -61,7 +61,7 @@ async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
             errors.append(pyspy_error := str(exc))
     if "threads" not in w:
         try:
-            threads, how = await cooperative.request(pid, timeout=min(timeout, 3.0))
+            threads, how = await cooperative_agent.request(pid, timeout=min(timeout, 3.0))
             w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", how
             if pyspy_error:
                 w["pyspy_error"] = pyspy_error  # why the fallback answered (e.g. no ptrace rights)
@@ -100,5 +100,5 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
                                       for w in ids)))
     if run is not None:
         out = [w for w in out if _in_run(w, run)]
-    await asyncio.to_thread(cooperative.prune)  # files of workers that died since the last request
+    await asyncio.to_thread(cooperative_agent.prune)  # files of workers that died since the last request
     return out

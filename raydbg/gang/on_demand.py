@@ -1,6 +1,6 @@
-"""`raydbg pause` inside a worker: stop the thread doing the work at its next line of user code.
+"""`raydbg pause` inside a worker (worker side): stop the thread doing the work at its next line of user code.
 
-The stacks thread (cooperative.py) calls `request()` when the node's agent asks. The thread
+The stacks thread (cooperative_worker.py) calls `request()` when the node's agent asks. The thread
 chosen is the one a stack class is decided by (stack_classes.main_thread: a Train rank's training
 thread, else the one with the most user frames). It is armed (worker/thread_trace.py) and
 stops at its next line in a frame of user code (raydbg/user_code.py's rule with this worker's

@@ -1,4 +1,4 @@
-"""This process's threads as the stacks contract's dicts: id, name, paused by raydbg, idle, frames innermost first.
+"""This worker's threads as the stacks contract's dicts: id, name, paused by raydbg, idle, frames innermost first (worker side).
 
 A frame the worker's user-code roots make the user's, where its path alone would not (the
 team's trainer installed in site-packages), carries `"user": true` (raydbg/user_code.py).

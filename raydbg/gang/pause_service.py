@@ -4,7 +4,7 @@
   POST /api/v1/pause       {"target": T, "job": ID, "wait_s": S}   the gateway: any node's
 
 A worker is paused only if it runs as this agent's user and is raydbg-activated (it has a
-stacks thread, which takes the request: cooperative.py, on_demand.py). The gateway answers
+stacks thread, which takes the request: cooperative_worker.py, on_demand.py). The gateway answers
 once the worker's session (or its snapshot, for a thread blocked in C) is listed, or after
 `wait_s` with `session: null`.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import psutil
 
 from raydbg import dial, registry
-from raydbg.gang import cluster_view, cooperative, pause_target
+from raydbg.gang import cluster_view, cooperative_agent, pause_target
 from raydbg.gang.pyspy import StackError
 
 DEFAULT_WAIT_S = 5.0
@@ -56,11 +56,11 @@ async def pause_local(pid: int) -> dict[str, Any]:
     if owner != os.getuid():
         raise PauseRefused(403, f"pid {pid} runs as {_user(owner)}: raydbg pauses only its own "
                                 f"user's workers ({_user(os.getuid())})")
-    if not cooperative.listening(pid):
+    if not cooperative_agent.listening(pid):
         raise PauseRefused(409, f"pid {pid} is not a raydbg-activated worker (no stacks thread): "
                                 f"run the job with RAY_DEBUG=1")
     try:
-        answer = await cooperative.ask_pause(pid, NODE_TIMEOUT_S)
+        answer = await cooperative_agent.ask_pause(pid, NODE_TIMEOUT_S)
     except StackError as exc:
         raise PauseRefused(409, str(exc)) from None
     if answer.get("error"):

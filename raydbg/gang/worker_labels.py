@@ -1,4 +1,4 @@
-"""Who each Ray worker on this node is: job, task or actor, Train run and ranks, paused or not.
+"""Who each Ray worker on this node is (agent side): job, task or actor, Train run and ranks, paused or not.
 
 Sources, cheapest first: the raylet's children and their `ray::` process titles (psutil),
 the progress records activated Train workers write on this node when their process group
