@@ -35,7 +35,7 @@ from prometheus_client.metrics_core import Metric as PromMetric
 
 from raydbg.private_dir import open_own_file, open_private
 from raydbg.proc_identity import pid_alive
-from raydbg.telemetry import raycontext
+from raydbg.telemetry import output_dir
 from raydbg.telemetry.jsonl import SNAPSHOT_SUFFIX
 from raydbg.telemetry.promconvert import families, target_info
 from raydbg.telemetry.provider import LABEL_RESOURCE_KEYS, SCOPE, state
@@ -117,7 +117,7 @@ def prometheus_text(node: bool = True, directory: str | None = None) -> bytes:
         info = [target_info(rm.resource) for rm in live.resource_metrics[:1]]
     if node:
         plan_dir = state.plan.jsonl_dir if state.plan else os.environ.get("RAYDBG_TELEMETRY_DIR")
-        found = directory or raycontext.telemetry_dir(plan_dir)
+        found = directory or output_dir.telemetry_dir(plan_dir)
         datas.extend(_node_data(found, os.getpid() if reader is not None else None))
     return generate_latest(_Families(info + families(datas, LABEL_RESOURCE_KEYS)))
 
