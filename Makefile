@@ -4,20 +4,25 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-matrix matrix-venvs main-suite main-suite-e2e main-suite-units lint vscode-test install clean
+.PHONY: demo docs test test-matrix matrix-venvs main-suite main-suite-e2e main-suite-units lint vscode-test install clean
 
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	# The CPU torch on this disk first: an unpinned torch would pull a CUDA build of GBs.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev,sd]'
+	$(BIN)/pip install -q -e '.[dev,sd,docs]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python examples/demo.py
+
+# The docs site into build/site (open build/site/index.html); --strict: a broken link or
+# anchor, or a page of docs/ missing from mkdocs.yml's nav, fails the build.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 lint: $(STAMP)
 	$(BIN)/ruff check raydbg sd_reference tests examples benchmarks

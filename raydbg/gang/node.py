@@ -18,6 +18,9 @@ from typing import Any
 from raydbg.gang import cooperative_agent, pyspy, worker_labels
 
 PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
+# --native is CPU work (unwinding and symbolizing torch's libraries): more at once than cores
+# only stretches each dump, whose timeout runs meanwhile (4 at once on 2 loaded cores passed 12 s).
+NATIVE_PARALLEL = max(1, os.cpu_count() or 1)
 THREAD_TIMEOUT_S = 1.0  # a stacks thread that needs longer (its GIL held in C): py-spy instead
 
 
@@ -88,7 +91,7 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
     if run is not None:  # a rank not labelled yet (it never reported) may say its run in its snapshot
         ids = [w for w in ids if w.get("train_run") is None or _in_run(w, run)]
     ids = [w for w in ids if w.get("task_name") is not None or w.get("actor_id")]  # not idle workers
-    slots = asyncio.Semaphore(PARALLEL)
+    slots = asyncio.Semaphore(min(PARALLEL, NATIVE_PARALLEL) if native else PARALLEL)
     use_pyspy = use_pyspy and pyspy_enabled()
 
     def pyspy_for(w: dict[str, Any]) -> bool:
