@@ -75,11 +75,11 @@ def other_lines(workers: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def thread_lines(w: dict[str, Any]) -> list[str]:
-    lines = [f"{_worker_name(w)} on {w.get('node_ip') or w.get('node_id')}"
-             + (f" rank {w['world_rank']}" if w.get("world_rank") is not None else "")
-             + f" ({w.get('source')})"]
-    for t in w.get("threads") or []:
+def thread_lines(worker: dict[str, Any]) -> list[str]:
+    lines = [f"{_worker_name(worker)} on {worker.get('node_ip') or worker.get('node_id')}"
+             + (f" rank {worker['world_rank']}" if worker.get("world_rank") is not None else "")
+             + f" ({worker.get('source')})"]
+    for t in worker.get("threads") or []:
         state = " paused" if t.get("paused") else (" idle" if t.get("idle") else "")
         lines.append(f"  thread {t.get('name')}{state}")
         for f in t.get("frames") or []:

@@ -96,10 +96,10 @@ def _progress_records() -> list[dict[str, Any]]:
         return []
 
 
-def apply_labels(w: dict[str, Any], labels: dict[str, Any] | None) -> None:
+def apply_labels(worker: dict[str, Any], labels: dict[str, Any] | None) -> None:
     for k, v in (labels or {}).items():
         if v is not None:
-            w[k] = v
+            worker[k] = v
 
 
 def train_labels(runs: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:

@@ -62,13 +62,13 @@ class MonitorConfig:
         return cls.of(settings.current())
 
     @classmethod
-    def of(cls, s: Settings) -> MonitorConfig:
+    def of(cls, settings: Settings) -> MonitorConfig:
         return cls(
-            mode=s.monitor,
-            policy=s.policy,
-            refresh_s=s.refresh_s,
-            fast_refresh_s=s.fast_refresh_s,
-            hold_horizon_s=s.hold_horizon_s,
+            mode=settings.monitor,
+            policy=settings.policy,
+            refresh_s=settings.refresh_s,
+            fast_refresh_s=settings.fast_refresh_s,
+            hold_horizon_s=settings.hold_horizon_s,
         )
 
 
@@ -91,12 +91,12 @@ class Growth:
         self.window_s = window_s
         self.samples: deque[tuple[float, int]] = deque()
 
-    def add(self, t: float, value: int) -> float:
-        self.samples.append((t, value))
-        while len(self.samples) > 2 and t - self.samples[1][0] >= self.window_s:
+    def add(self, now: float, value: int) -> float:
+        self.samples.append((now, value))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window_s:
             self.samples.popleft()
         (t0, v0) = self.samples[0]
-        return (value - v0) / (t - t0) if t > t0 else 0.0
+        return (value - v0) / (now - t0) if now > t0 else 0.0
 
 
 class MemoryMonitor:
