@@ -67,14 +67,6 @@ def bulk_scope(body: Any) -> str | None:
     return job
 
 
-def bulk_targets(sessions: list[dict[str, Any]], job: str | None) -> tuple[list[str], list[str]]:
-    """The session ids and pause groups a bulk continue resumes: `job`'s (None: every job's)."""
-    chosen = [r for r in sessions if r.get("id") and (job is None or str(r.get("job_id") or "") == job)]
-    ids = [str(r["id"]) for r in chosen]
-    groups = sorted({str(r["group"]) for r in chosen if r.get("group")})
-    return ids, groups
-
-
 def register(agent: AgentServer, app: web.Application) -> None:
     """The gang's routes on `agent`'s app; on the gateway, also the hang detector for the app's life."""
     app.add_routes(stack_routes(agent) + resume_and_progress_routes(agent) + pause_routes(agent))
@@ -168,7 +160,7 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
         except BadRequest as exc:
             raise bad_request(str(exc)) from None
         sessions = await asyncio.to_thread(registry.sessions)
-        ids, gids = bulk_targets(sessions, job)
+        ids, gids = pause.bulk_targets(sessions, job)
         if not ids:
             where = f"of job {job}" if job is not None else "on the cluster"
             return web.json_response({"error": f"no paused session {where}: see `raydbg list`"}, status=404)

@@ -12,7 +12,14 @@ from types import FrameType
 from raydbg import config, ray_context, registry
 from raydbg.records import SessionRecord, new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, MAX_TEXT, cap_text
-from raydbg.worker import debugpy_control, listeners, resume, snapshot, train, user_roots
+from raydbg.worker import (
+    debugpy_control,
+    listeners,
+    pause_group,
+    resume,
+    snapshot,
+    user_roots,
+)
 
 log = logging.getLogger("raydbg.worker")
 
@@ -115,7 +122,7 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugpy_contro
     """
     rec = build_record(frame, reason, exc_info, session_id=session_id)
     rec.breakpoint_id = breakpoint_id
-    train.assign_group(rec)  # pause-all: one group id across the run's ranks
+    pause_group.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started
     for listener in listeners.ON_PAUSE:
         listener(rec)
