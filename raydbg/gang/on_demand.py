@@ -124,7 +124,7 @@ def _watch(pending: _Pending, armed: thread_trace.Armed) -> None:
     while not armed.fired.wait(resume.poll_s()):
         try:
             still_listed, readable = registry.lookup(registry.SESSION + listed.id)
-            continued = registry.get_bytes(resume_key) is not None
+            continued = resume.requested(listed)
         except Exception:
             continue  # GCS busy: ask again next round
         expired = deadline is not None and time.monotonic() >= deadline

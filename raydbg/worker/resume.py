@@ -78,7 +78,8 @@ def poll_s() -> float:
         return 0.5
 
 
-def _requested(rec: SessionRecord) -> bool:
+def requested(rec: SessionRecord) -> bool:
+    """Has `raydbg continue` asked for this session (its own key, or its pause group's)?"""
     keys = [session_key(rec.id)]
     if rec.group:
         keys.append(group_key(rec.group))
@@ -101,7 +102,7 @@ class _Watcher:
         interval = poll_s()
         while not self.stopped.wait(interval):
             try:
-                if not self.requested.is_set() and _requested(self.rec):
+                if not self.requested.is_set() and requested(self.rec):
                     log.warning("raydbg: session %s continued by request", self.rec.id)
                     self.requested.set()
                 if self.requested.is_set():
