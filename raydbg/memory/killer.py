@@ -1,4 +1,4 @@
-"""Kills a chosen worker only if it is still that process: same start time, our uid, our raylet's child.
+"""Kills a chosen worker only if it is still that process: same start time, our uid, our raylet's child (monitor side).
 
 Why: the monitor decides on a snapshot of /proc and kills a moment later. In between
 the chosen worker can exit and its pid go to another process (another user's, or a

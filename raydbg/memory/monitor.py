@@ -1,4 +1,4 @@
-"""The memory monitor loop: measure, decide (policy.py), kill, explain. Hosted by the node agent.
+"""The memory monitor loop: measure, decide (policy.py), kill, explain (monitor side: runs in the monitor's process, service.py).
 
 Everything with side effects is injected (`kill`, `record_event`, `who`, clock) so the
 agent can run it in a thread (`run()`), an asyncio task (`await asyncio.to_thread`

@@ -1,4 +1,4 @@
-"""Who is who on a node: worker pids -> task or actor, caller, start time and retry budget.
+"""Who is who on a node (monitor side): worker pids -> task or actor, caller, start time and retry budget.
 
 Sources, cheapest first:
   /proc/PID/cmdline  Ray's process title: `ray::IDLE`, `ray::<task>`, `ray::<Actor>`...
