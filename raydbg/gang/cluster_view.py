@@ -36,14 +36,6 @@ async def merged_progress(token: str, self_node_id: str) -> tuple[list[dict[str,
     return out, errors
 
 
-async def _progress(token: str, node_id: str) -> dict[Any, float]:
-    try:
-        recs, _ = await merged_progress(token, node_id)
-        return progress_records.as_progress_map(recs)
-    except Exception:
-        return {}
-
-
 def _query(pids: list[int] | None, job: str | None, run: str | None, native: bool,
            use_pyspy: bool, use_thread: bool) -> dict[str, str]:
     q = {"native": "1" if native else "0", "pyspy": "1" if use_pyspy else "0", "thread": "1" if use_thread else "0"}
@@ -69,10 +61,16 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
     agents = await asyncio.to_thread(registry.agents)
     errors: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
+    # Each node's progress beats come with its stacks (one fan-out): how long ago each rank progressed.
+    beats: list[dict[str, Any]] = []
 
     own = next((a for a in agents if a.get("port") and a.get("node_id") == self_node_id), None)
 
     async def own_node() -> None:
+        try:
+            beats.extend(await asyncio.to_thread(progress_records.read_all))
+        except Exception:
+            pass  # stacks without this node's progress ages
         if own is None:
             return
         try:
@@ -87,9 +85,11 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
                                                 timeout_s=AGENT_TIMEOUT_S + (pyspy.NATIVE_TIMEOUT_S if native else 0))
         for body in answers:
             workers.extend(body.get("workers") or [] if isinstance(body, dict) else [])
+            beats.extend(body.get("progress") or [] if isinstance(body, dict) else [])
         errors.extend(failed)
 
-    progress, _, _ = await asyncio.gather(_progress(token, self_node_id), own_node(), other_nodes())
+    await asyncio.gather(own_node(), other_nodes())
+    progress = progress_records.as_progress_map(beats)
     try:
         records = await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S)
     except asyncio.TimeoutError:

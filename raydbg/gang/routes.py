@@ -1,6 +1,6 @@
 """The gang feature's HTTP routes on every agent: stacks, progress, continue and pause groups; the gateway's hang detector.
 
-  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1   this node's WorkerStacks
+  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1   this node's WorkerStacks and progress beats
   GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1                 the whole cluster, grouped (gateway)
        (thread=0: activated workers' stacks threads not asked, py-spy for every worker)
   POST /api/v1/node/pause              {"pid": N}: pause this node's worker N (raydbg pause; pause_service.py)
@@ -87,7 +87,8 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
             run=request.query.get("run") or None,
             native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True),
             use_thread=_flag(request, "thread", True))
-        return web.json_response({"node_id": agent.node_id, "workers": workers})
+        beats = await asyncio.to_thread(progress_records.read_all)  # for the gateway's progress ages
+        return web.json_response({"node_id": agent.node_id, "workers": workers, "progress": beats})
 
     async def cluster_stacks(request: web.Request) -> web.Response:
         answer = await cluster_view.cluster_stacks(
