@@ -112,7 +112,7 @@ class Probe:
         if dbg is None:
             return {}
         return {"tracing": dbg._tracing, "client_attached": dbg.client_attached(),
-                "paused_threads": len(dbg.paused_threads()), "threads": [t.name for t in threading.enumerate()]}
+                "paused_threads": len(dbg.paused_threads.current()), "threads": [t.name for t in threading.enumerate()]}
 
 
 # --- driver subprocess: a Ray driver that runs commands read from stdin --------------------

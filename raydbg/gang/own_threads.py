@@ -11,14 +11,14 @@ import threading
 from typing import Any
 
 from raydbg.gang.frames import Frame, looks_idle
-from raydbg.worker import debugpy_control, user_roots
+from raydbg.worker import paused_threads, user_roots
 
 
 def threads(interrupted: Any = None, skip_self: bool = False) -> list[dict[str, Any]]:
     """`interrupted`: the frame a signal handler interrupted, for the calling thread's stack;
     `skip_self`: leave the calling thread out (the stacks thread, taking the snapshot)."""
     roots = user_roots.current()
-    paused = debugpy_control.paused_threads()
+    paused = paused_threads.current()
     known = {t.ident: t for t in threading.enumerate()}
     me = threading.get_ident()
     out = []

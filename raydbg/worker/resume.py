@@ -22,7 +22,7 @@ import time
 
 from raydbg import registry
 from raydbg.records import SessionRecord
-from raydbg.worker import debugpy_control
+from raydbg.worker import debugpy_control, paused_threads
 
 log = logging.getLogger("raydbg.worker")
 
@@ -122,8 +122,8 @@ def _resume_suspended(ours: threading.Thread) -> None:
 
     if set_additional_thread_info(ours).pydev_state != STATE_SUSPEND:
         return
-    # Threads of other raydbg sessions in this worker (debugpy_control.py keeps that set).
-    others_paused = set(debugpy_control.paused_threads()) - {ours.ident}
+    # Threads of other raydbg sessions in this worker.
+    others_paused = set(paused_threads.current()) - {ours.ident}
     for t in pydevd_utils.get_non_pydevd_threads():
         if t is not ours and t.ident in others_paused:
             continue  # another raydbg session: its own continue resumes it
