@@ -28,6 +28,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check raydbg sd_reference tests examples benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports  # the layers: [tool.importlinter] in pyproject.toml, docs/architecture.md
+	$(BIN)/python -m raydbg.schema_gen --check  # docs/records.md, vscode-ext/src/records.generated.ts
 
 vscode-test:
 	cd vscode-ext && npm ci --no-audit --no-fund && npm test

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -10,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
-from raydbg import auth, gateway_file
+from raydbg import api_transport, auth, gateway_file
+from raydbg.api_errors import AgentsStarting, ApiError
 from raydbg.private_dir import UnsafeDirError, read_own_text, session_name
 from raydbg.proc_identity import ProcessIdentity
 
@@ -21,18 +21,56 @@ if TYPE_CHECKING:
 # loop, and `raydbg --help` or `raydbg trace` no HTTP client (each import is tens of ms at start-up).
 
 
-class GatewayError(Exception):
-    """A problem a user can fix; the message is one line that says what to do."""
+# A problem a user can fix, said in one line: the gateway's own errors (api_errors, typed by
+# HTTP status) and the client's (no cluster found, no token) are one family the CLI prints.
+GatewayError = ApiError
+
+
+# While an activated job's agents start (lifecycle.mark_starting: the first seconds after its
+# driver connects) a client waits for the gateway, this long at most, instead of saying that
+# raydbg is not active. A mark older than STARTING_FRESH_S is a start that died with its driver.
+STARTING_WAIT_S = 10.0
+STARTING_FRESH_S = 60.0
+STARTING_POLL_S = 0.2
+
+
+def starting(mark: dict[str, Any] | None, now: float) -> tuple[float, str] | None:
+    """(seconds ago, by whom) of a fresh mark that the gateway is on its way, else None.
+    Pure; another machine's clock may run a little ahead."""
+    since = (mark or {}).get("since")
+    if isinstance(since, bool) or not isinstance(since, (int, float)) or abs(now - since) > STARTING_FRESH_S:
+        return None
+    by = mark.get("started_by") if mark else None
+    return max(0.0, now - since), by if isinstance(by, str) and by else "an activated job"
 
 
 def _gateway_from_gcs(address: str) -> str | None:
+    """The gateway Ray's KV names for the cluster at `address`. While raydbg's agents are
+    starting there, the gateway once it listens (waiting at most STARTING_WAIT_S), or
+    AgentsStarting: never "not active" for a cluster whose gateway is seconds away."""
+    import time
+
     from raydbg import registry
 
     try:
-        info = registry.get(registry.GATEWAY, registry.client_for(address))
+        gcs = registry.client_for(address)
+        info = registry.get(registry.GATEWAY, gcs)
+        mark = starting(None if info else registry.get(registry.AGENTS_STARTING, gcs), time.time())
+        deadline = time.monotonic() + STARTING_WAIT_S
+        while not info and mark and time.monotonic() < deadline:
+            time.sleep(STARTING_POLL_S)
+            info = registry.get(registry.GATEWAY, gcs)
+        if not info and mark:  # still starting, or the start failed (its mark removed) meanwhile
+            mark = starting(registry.get(registry.AGENTS_STARTING, gcs), time.time())
     except Exception as exc:
         raise GatewayError(f"cannot reach the Ray cluster at {address}: {exc}") from None
-    return info["address"] if info else None
+    if info:
+        return str(info["address"])
+    if mark:
+        ago, by = mark
+        raise AgentsStarting(f"raydbg's agents are still starting on the cluster at {address} ({by}, "
+                             f"{ago:.0f} s ago): try again in a few seconds")
+    return None
 
 
 RAY_TMP = Path("/tmp/ray")
@@ -135,8 +173,12 @@ class Gateway:
         return cls(gateway, token)
 
     @property
+    def peer(self) -> api_transport.Peer:
+        return api_transport.Peer(self.address, self.token)
+
+    @property
     def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"}
+        return self.peer.headers
 
     def url(self, path: str, scheme: str = "http") -> str:
         return f"{scheme}://{self.address}{path}"
@@ -154,7 +196,8 @@ class Gateway:
         return await self.request("DELETE", path, timeout)
 
     async def request(self, method: str, path: str, timeout: float = 10.0, body: Any = None) -> Any:
-        """One call; `body`, when given, is sent as JSON. An HTTP error is a GatewayError with the gateway's line."""
+        """One call; `body`, when given, is sent as JSON. An HTTP error is its typed GatewayError
+        (api_errors) with the gateway's line."""
         import asyncio
 
         # The standard library's client, not aiohttp: a CLI command pays ~0.2 s less start-up.
@@ -162,45 +205,7 @@ class Gateway:
 
     def call(self, method: str, path: str, timeout: float = 10.0, body: Any = None) -> Any:
         """`request` without an event loop (blocking): for a CLI command that makes one call."""
-        status, data = self._call(method, path, timeout, body)
-        try:
-            answer = json.loads(data)
-        except ValueError:
-            raise GatewayError(
-                f"{self.address} answered {status} with something that is not JSON: "
-                "is RAYDBG_GATEWAY / --address a raydbg gateway?"
-            ) from None
-        if status == 401:
-            raise GatewayError(f"the gateway at {self.address} refused the token: check RAYDBG_TOKEN / --token-file")
-        if status >= 400:
-            raise GatewayError(str(answer.get("error") if isinstance(answer, dict) else answer))
-        return answer
-
-    def _call(self, method: str, path: str, timeout: float, body: Any) -> tuple[int, bytes]:
-        import http.client
-        import socket
-
-        host, _, port = self.address.rpartition(":")
-        if not host or not port.isdigit():
-            raise GatewayError(f"gateway address {self.address!r} is not HOST:PORT")
-        headers = dict(self.headers)
-        payload = None
-        if body is not None:
-            payload = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        conn = http.client.HTTPConnection(host.strip("[]"), int(port), timeout=timeout)
-        try:
-            conn.request(method, path, body=payload, headers=headers)
-            resp = conn.getresponse()
-            return resp.status, resp.read()
-        except (ConnectionRefusedError, socket.gaierror):
-            raise GatewayError(f"cannot connect to the raydbg gateway at {self.address}: is `raydbg up` running?") from None
-        except TimeoutError:
-            raise GatewayError(f"gateway {self.address}: no answer within {timeout:g} s") from None
-        except (OSError, http.client.HTTPException) as exc:
-            raise GatewayError(f"gateway {self.address}: {exc or type(exc).__name__}") from None
-        finally:
-            conn.close()
+        return api_transport.call(self.peer, method, path, body, timeout)
 
     async def sessions(self) -> list[dict[str, Any]]:
         return list(await self.get("/api/v1/sessions"))
@@ -290,23 +295,11 @@ class Gateway:
 
     async def open_dap(self, http: aiohttp.ClientSession, sid: str) -> aiohttp.ClientWebSocketResponse:
         """The DAP relay WebSocket for a session (raw DAP bytes in binary messages)."""
-        import aiohttp
-
         from raydbg.dap.transport import HANDSHAKE_REASONS, MAX_WS_MESSAGE, WS_HEARTBEAT_S
 
-        try:
-            # Bounded messages, and a heartbeat: a gateway gone silent ends the relay (raydbg forward).
-            return await http.ws_connect(self.dap_url(sid), headers=self.headers,
-                                         max_msg_size=MAX_WS_MESSAGE, heartbeat=WS_HEARTBEAT_S)
-        except aiohttp.WSServerHandshakeError as exc:
-            if exc.status == 401:
-                raise GatewayError("the gateway refused the token") from None
-            if exc.status == 404:
-                raise GatewayError(f"no paused session {sid}") from None
-            if exc.status == 409:
-                raise GatewayError(f"session {sid} is busy or not attachable yet") from None
-            if exc.status in HANDSHAKE_REASONS:
-                raise GatewayError(HANDSHAKE_REASONS[exc.status]) from None
-            raise GatewayError(f"gateway refused the relay: HTTP {exc.status}") from None
-        except aiohttp.ClientConnectorError:
-            raise GatewayError(f"cannot connect to the raydbg gateway at {self.address}") from None
+        reasons = {**HANDSHAKE_REASONS, 404: f"no paused session {sid}",
+                   409: f"session {sid} is busy or not attachable yet"}
+        # Bounded messages, and a heartbeat: a gateway gone silent ends the relay (raydbg forward).
+        # The handshake may wait on the gateway holding a "starting" session, then on the far node's agent.
+        return await api_transport.open_ws(self.peer, http, f"/api/v1/sessions/{sid}/dap", max_msg_size=MAX_WS_MESSAGE,
+                                           heartbeat=WS_HEARTBEAT_S, reasons=reasons, timeout=30.0)

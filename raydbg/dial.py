@@ -13,15 +13,15 @@ import ipaddress
 from typing import Any
 
 import aiohttp
-from yarl import URL
 
-from raydbg import config, ray_nodes, registry
+from raydbg import api_transport, config, ray_nodes, registry
+from raydbg.api_errors import Unauthorized, Unreachable
 
 ASK_TIMEOUT_S = 5.0
 
 
-class DialRefused(Exception):
-    """The relay will not dial this node's agent; the message says why, in one line."""
+class DialRefused(Unreachable):
+    """The gateway will not dial this node's agent (a 502 when it answers on); the message says why, in one line."""
 
 
 def check(node_id: str, nodes: list[dict[str, Any]], reported: dict[str, Any] | None) -> tuple[str, int]:
@@ -50,8 +50,16 @@ def check(node_id: str, nodes: list[dict[str, Any]], reported: dict[str, Any] | 
     return ip, port
 
 
+def agent_peer(ip: str, port: int, token: str, node_id: str) -> api_transport.Peer:
+    """A node agent as the gateway calls it: its errors name the node and say what is true from there."""
+    return api_transport.Peer(f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}", token,
+                              name=f"node {node_id[:12]}'s raydbg agent", down_hint="",
+                              token_hint="it holds another token than the gateway's (an agent of an earlier cluster?)",
+                              json_hint="is a raydbg agent listening there?")
+
+
 def relay_url(ip: str, port: int, sid: str) -> str:
-    return str(URL.build(scheme="http", host=ip, port=port, path=f"/api/v1/sessions/{sid}/dap"))
+    return agent_peer(ip, port, "", "").url(f"/api/v1/sessions/{sid}/dap")
 
 
 def ask_agent(node_id: str) -> dict[str, Any] | None:
@@ -66,16 +74,10 @@ def ask_agent(node_id: str) -> dict[str, Any] | None:
     return info if isinstance(info, dict) else None
 
 
-def resolve(node_id: str, sid: str) -> str:
-    """The relay URL of session `sid` on node `node_id`'s agent, or DialRefused (blocking)."""
-    ip, port = check(node_id, ray_nodes.nodes(), ask_agent(node_id))
-    return relay_url(ip, port, sid)
-
-
-def agent_base_url(node_id: str, nodes: list[dict[str, Any]]) -> str:
-    """`http://ip:port` of another node's agent, by the relay's rule above (blocking)."""
-    ip, port = check(node_id, nodes, ask_agent(node_id))
-    return f"http://{ip}:{port}"
+def resolve(node_id: str, token: str, nodes: list[dict[str, Any]] | None = None) -> api_transport.Peer:
+    """`node_id`'s agent, at the address Ray gives (the rule above), or DialRefused (blocking)."""
+    ip, port = check(node_id, ray_nodes.nodes() if nodes is None else nodes, ask_agent(node_id))
+    return agent_peer(ip, port, token, node_id)
 
 
 async def ask_agents(path: str, params: dict[str, str] | None = None, *, token: str, skip_node_id: str = "",
@@ -89,29 +91,26 @@ async def ask_agents(path: str, params: dict[str, str] | None = None, *, token: 
     nodes = await asyncio.to_thread(ray_nodes.nodes)
     answers: list[Any] = []
     errors: list[dict[str, str]] = []
-    headers = {"Authorization": f"Bearer {token}"}
 
     async def one(http: aiohttp.ClientSession, node_id: str) -> None:
         try:
-            url = await asyncio.to_thread(agent_base_url, node_id, nodes) + path
-            async with http.get(url, params=params, headers=headers) as resp:
-                body = await resp.json(content_type=None)
-                if resp.status != 200:
-                    raise RuntimeError(str(body.get("error") if isinstance(body, dict) else body))
-                answers.append(body)
-        except Exception as exc:
+            peer = await asyncio.to_thread(resolve, node_id, token, nodes)
+            answers.append(await api_transport.acall(peer, http, "GET", path, params=params, timeout=timeout_s))
+        except Exception as exc:  # one agent's failure is its line, never the whole fan-out's
             errors.append({"node_id": node_id, "error": str(exc) or type(exc).__name__})
 
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
+    async with aiohttp.ClientSession() as http:
         await asyncio.gather(*(one(http, str(a.get("node_id"))) for a in others))
     return answers, errors
 
 
-async def post_agent(node_id: str, path: str, body: Any, *, token: str, timeout_s: float) -> tuple[int, Any]:
-    """POST `body` (JSON) to `node_id`'s agent: (HTTP status, JSON answer). Raises DialRefused
-    when that agent may not be dialled, aiohttp's errors when it cannot be reached."""
-    nodes = await asyncio.to_thread(ray_nodes.nodes)
-    url = await asyncio.to_thread(agent_base_url, node_id, nodes) + path
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as http:
-        async with http.post(url, json=body, headers={"Authorization": f"Bearer {token}"}) as resp:
-            return resp.status, await resp.json(content_type=None)
+async def post_agent(node_id: str, path: str, body: Any, *, token: str, timeout_s: float) -> Any:
+    """POST `body` (JSON) to `node_id`'s agent: its JSON answer. Its refusal is the typed error
+    of its status with its own line (api_errors); DialRefused when that agent may not be
+    dialled, Unreachable or Timeout when it cannot be reached."""
+    peer = await asyncio.to_thread(resolve, node_id, token)
+    async with aiohttp.ClientSession() as http:
+        try:
+            return await api_transport.acall(peer, http, "POST", path, body, timeout=timeout_s)
+        except Unauthorized as exc:  # the agent refused the gateway, not the client: never a 401 to the client
+            raise Unreachable(str(exc)) from None

@@ -24,6 +24,7 @@ from typing import Any
 
 from raydbg.private_dir import UnsafeDirError, open_private, private_dir
 from raydbg.proc_identity import pid_alive
+from raydbg.record_rules import TRAIN_NAMES
 
 RECORD_SIZE = 2048  # fixed, padded with spaces: a rewrite always covers the previous one
 IDENTITY_RETRY_S = 10.0  # a worker that beat before its Train context existed looks again
@@ -68,10 +69,7 @@ def _identity() -> dict[str, Any]:
         "node_id": ctx.get("node_id", ""),
         "task_id": ctx.get("task_id"),
         "actor_id": ctx.get("actor_id"),
-        "train_run": ctx.get("train_run"),
-        "world_rank": ctx.get("train_rank"),
-        "local_rank": ctx.get("train_local_rank"),
-        "world_size": ctx.get("train_world_size"),
+        **{name: ctx.get(session_name) for session_name, name in TRAIN_NAMES.items()},
     }
 
 
@@ -222,7 +220,12 @@ def done() -> None:
 
 
 def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
-    """Every live worker's last beat on this node; records of dead pids are removed."""
+    """Every live worker's last beat on this node (each a schema.ProgressBeat, the listeners'
+    fields kept); records of dead pids are removed, those that are not a beat skipped."""
+    import msgspec  # the agent's side: a worker never reads beats
+
+    from raydbg.schema import ProgressBeat
+
     try:
         directory = directory or progress_dir()
         names = os.listdir(directory)
@@ -246,10 +249,10 @@ def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
             finally:
                 os.close(fd)
             rec = json.loads(raw)
-        except (OSError, ValueError):
+            msgspec.convert(rec, ProgressBeat)
+        except (OSError, ValueError):  # a torn write, or not a beat (ValidationError is one)
             continue
-        if isinstance(rec, dict):
-            out.append(rec)
+        out.append(rec)
     return out
 
 
@@ -271,7 +274,7 @@ def latest(recs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, A
 
 
 def as_progress_map(recs: list[dict[str, Any]]) -> dict[Any, float]:
-    """Last beat time by (job_id, train_run, world_rank) and by pid: what classes.runs() takes."""
+    """Last beat time by (job_id, train_run, world_rank) and by pid: what stack_classes.runs() takes."""
     out: dict[Any, float] = {}
     for rec in recs:
         ts = float(rec.get("ts", 0))

@@ -8,15 +8,19 @@ import re
 import threading
 import time
 from collections import Counter, OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raydbg import record_fit, validate
 from raydbg.config import NAMESPACE
+
+if TYPE_CHECKING:
+    from raydbg.schema import Event, Record
 
 SESSION = "session/"
 AGENT = "agent/"
 EVENT = "event/"
 GATEWAY = "gateway"
+AGENTS_STARTING = "agents-starting"  # {"since", "started_by"}: the gateway is on its way (raydbg.client waits)
 TOKEN = "token"
 _KINDS = {SESSION: "session", AGENT: "agent", EVENT: "event"}
 _EVENT_KEY = re.compile(r"event/(\d{15})-[A-Za-z0-9_.-]{1,128}")
@@ -175,20 +179,29 @@ def agents() -> list[dict[str, Any]]:
     return list_prefix(AGENT)
 
 
-def record_event(kind: str, message: str, node_id: str = "", **details: Any) -> dict[str, Any]:
+def record_event(kind: str, message: str, node_id: str = "", details: Record | None = None,
+                 **more: Any) -> dict[str, Any]:
+    """Record an event (raydbg.schema.Event): its `details` the kind's struct (schema.py), or
+    loose fields (`more`) for the kinds whose details are not typed yet."""
     import secrets
 
-    now = time.time()
-    event = {
-        "id": secrets.token_hex(4),
-        "ts": now,
-        "kind": kind,
-        "node_id": node_id,
-        "message": validate.cap_text(message, validate.MAX_LONG_TEXT),
-        "details": details,
-    }
-    put(f"{EVENT}{int(now * 1000):015d}-{event['id']}", event)
-    return event
+    import msgspec  # here: a worker imports the registry at setup, msgspec only to write
+
+    from raydbg import schema
+
+    fields: dict[str, Any] = msgspec.to_builtins(details) if details is not None else {}
+    return put_event(schema.Event(id=secrets.token_hex(4), ts=time.time(), kind=kind, node_id=node_id,
+                                  message=validate.cap_text(message, validate.MAX_LONG_TEXT),
+                                  details={**fields, **more}))
+
+
+def put_event(event: Event) -> dict[str, Any]:
+    """Store `event` under its time-ordered key; the record as stored (before any cut)."""
+    import msgspec
+
+    record: dict[str, Any] = msgspec.to_builtins(event)
+    put(f"{EVENT}{int(event.ts * 1000):015d}-{event.id}", record)
+    return record
 
 
 def events(limit: int = 100) -> list[dict[str, Any]]:

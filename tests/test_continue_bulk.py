@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from raydbg import cli, registry
+from raydbg import api_errors, cli, registry
 from raydbg.client import Gateway, GatewayError
 from raydbg.gang import routes
 from raydbg.worker import resume
@@ -47,7 +47,7 @@ def gateway_address(written: dict[str, list[str]]) -> Iterator[str]:
     box: dict[str, Any] = {}
 
     async def start() -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[api_errors.middleware])  # the agent app's error map
         app.add_routes(routes.resume_and_progress_routes(agent))  # type: ignore[arg-type]
         # The core server's list, for `raydbg continue TARGET` (it resolves the target first).
         app.router.add_get("/api/v1/sessions", _listed)

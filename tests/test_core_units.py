@@ -8,10 +8,12 @@ import os
 import stat
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from raydbg import activation, auth, config, records
 from raydbg.agent.dap_rewrite import DapReframer, DapStreamError, encode
+from raydbg.schema import ExceptionInfo, SessionRecord
 
 
 def _frame(message: dict) -> bytes:
@@ -58,13 +60,13 @@ def test_reframer_refuses_what_is_not_dap(junk: bytes) -> None:
 
 
 def test_record_json_and_labels() -> None:
-    rec = records.SessionRecord(id="abc", job_id="01000000", pid=1, thread_id=2, thread_name="MainThread",
-                                file="/x.py", line=3, function="f", reason="exception",
-                                exception={"type": "ValueError", "message": "bad", "traceback": ""},
-                                task_name="Counter.add", train_rank=0, since=100.0)
+    rec = SessionRecord(id="abc", job_id="01000000", pid=1, thread_id=2, thread_name="MainThread",
+                        file="/x.py", line=3, function="f", reason="exception",
+                        exception=ExceptionInfo(type="ValueError", message="bad", traceback=""),
+                        task_name="Counter.add", train_rank=0, since=100.0)
     data = json.loads(rec.to_json())
     assert data["attachable"] is False and data["state"] == "starting"
-    assert records.SessionRecord.from_dict(data) == rec
+    assert msgspec.convert(data, SessionRecord) == rec
     assert records.label(data) == "Counter.add [rank 0]"
     assert records.reason_text(data) == "ValueError: bad"
     assert records.paused_for(data, now=100.0 + 125) == "2m05s"

@@ -24,7 +24,8 @@ def test_one_fan_out_brings_every_nodes_stacks_and_beats(monkeypatch: pytest.Mon
 
     async def ask_agents(path: str, params: Any = None, **kw: Any) -> tuple[list[Any], list[dict[str, str]]]:
         asked.append(path)
-        beat = {"pid": 22, "job_id": "j", "train_run": "run", "world_rank": 1, "ts": now - 30}
+        beat = {"pid": 22, "node_id": "n2", "job_id": "j", "train_run": "run", "world_rank": 1, "step": 3,
+                "source": "progress", "ts": now - 30}
         return [{"node_id": "n2", "workers": [_rank(1, "n2", 22)], "progress": [beat]}], []
 
     async def own_stacks(*args: Any, **kw: Any) -> list[dict[str, Any]]:

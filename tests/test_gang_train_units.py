@@ -15,7 +15,8 @@ from kv_support import DictKv
 from raydbg import _ray_internals
 from raydbg import progress_records as progress
 from raydbg.gang import hang, pause
-from raydbg.records import SessionRecord, label
+from raydbg.records import label
+from raydbg.schema import SessionRecord
 from raydbg.worker import pause_group, train
 
 

@@ -197,6 +197,7 @@ HELD_IDS_WORKER = textwrap.dedent(
 ], ids=["all-six-held", "two-and-five-held"])
 def test_a_worker_with_no_free_monitoring_tool_id_answers_a_pause_at_once_saying_why(
         held: list[int], why: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from raydbg.api_errors import Conflict
     from raydbg.gang import pause_service
 
     monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
@@ -207,7 +208,7 @@ def test_a_worker_with_no_free_monitoring_tool_id_answers_a_pause_at_once_saying
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         started = time.monotonic()
-        with pytest.raises(pause_service.PauseRefused) as refused:
+        with pytest.raises(Conflict) as refused:
             asyncio.run(pause_service.pause_local(proc.pid))
         took = time.monotonic() - started
         assert str(refused.value) == f"pid {proc.pid}: no free sys.monitoring tool id {why}: cannot pause this worker"

@@ -19,7 +19,7 @@ from kv_support import DictKv
 from raydbg import record_fit, registry, validate
 from raydbg.agent import dead_records
 from raydbg.gang import hang, on_demand, stack_classes
-from raydbg.records import SessionRecord
+from raydbg.schema import SessionRecord
 from raydbg.worker import resume, session
 
 CAP = validate.MAX_RECORD_BYTES

@@ -321,7 +321,7 @@ def test_a_post_mortem_names_the_users_line_not_the_library_that_raised(
     monkeypatch.setenv(user_code.USER_CODE_ENV, "trainer_pkg")
     rec = session.build_record(raising, "exception", exc_info)
     assert (rec.file, rec.line, rec.function) == (installed.__file__, _line(installed, "# CALLS LIBRARY"), "fail")
-    assert "shapes do not match" in (rec.exception or {})["message"]
+    assert rec.exception is not None and "shapes do not match" in rec.exception.message
     # A snapshot's frames carry the mark the stacks carry (the TUI shows them as the user's).
     pictured = installed.fail(lambda: snapshot.frames_of(sys._getframe(1)))
     assert (pictured[0]["function"], pictured[0].get("user")) == ("fail", True)

@@ -12,8 +12,8 @@ import pytest
 from raydbg import dial, validate
 from raydbg.agent import feed
 from raydbg.agent.server import AgentServer
-from raydbg.records import SessionRecord
 from raydbg.registry import stale_event_keys
+from raydbg.schema import SessionRecord
 
 GOOD_SESSION = SessionRecord(
     id="a1b2c3d4e5f6", job_id="01000000", pid=1234, thread_id=5, thread_name="MainThread",
@@ -133,9 +133,9 @@ def test_build_record_caps_exception_text() -> None:
         info = sys.exc_info()
     rec = build_record(sys._getframe(), "exception", info)  # type: ignore[arg-type]
     assert rec.exception is not None
-    assert len(rec.exception["message"]) <= validate.EXC_MESSAGE_CHARS
-    assert len(rec.exception["traceback"]) <= validate.EXC_TRACEBACK_CHARS
-    assert rec.exception["traceback"].startswith("... [")  # the tail is kept, the head cut
+    assert len(rec.exception.message) <= validate.EXC_MESSAGE_CHARS
+    assert len(rec.exception.traceback) <= validate.EXC_TRACEBACK_CHARS
+    assert rec.exception.traceback.startswith("... [")  # the tail is kept, the head cut
     validate.record("session", rec.id, rec.to_json())  # what a worker writes passes the schema
 
 

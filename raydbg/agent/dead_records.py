@@ -11,7 +11,7 @@ import logging
 import time
 from typing import Any
 
-from raydbg import registry, validate
+from raydbg import registry, schema, validate
 from raydbg.proc_identity import pid_alive
 
 log = logging.getLogger("raydbg.agent")
@@ -55,7 +55,7 @@ def collect(node_id: str, alive_nodes: set[str] | None = None) -> int:
             registry.delete(registry.SESSION + rec["id"])
             registry.record_event(
                 "session.collected", f"session {rec['id']} removed: {why}",
-                node_id=rec["node_id"], session=rec["id"], pid=rec["pid"],
+                node_id=rec["node_id"], details=schema.SessionEventDetails(session=rec["id"], pid=rec["pid"]),
             )
             removed += 1
         except Exception:
@@ -70,7 +70,7 @@ def _collect_unreadable(key: bytes) -> int:
     try:
         registry.delete(key)
         registry.record_event("session.collected", f"session record {shown} removed: it cannot be read",
-                              key=shown)
+                              details=schema.UnreadableSessionDetails(key=shown))
         return 1
     except Exception:
         log.exception("raydbg agent: could not remove unreadable record %s", shown)
@@ -84,7 +84,7 @@ def collect_agents(alive_nodes: set[str]) -> None:
             registry.delete(registry.AGENT + str(agent["node_id"]))
             registry.record_event(
                 "agent.collected", f"agent of node {agent['node_id']} removed: the node is dead",
-                node_id=str(agent["node_id"]), pid=agent.get("pid"),
+                node_id=str(agent["node_id"]), details=schema.AgentCollectedDetails(pid=agent.get("pid")),
             )
         except Exception:
             log.exception("raydbg agent: could not collect agent of node %s", agent.get("node_id"))

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from raydbg import debug_socket
+from raydbg import api_transport, debug_socket
 from raydbg.agent.dap_rewrite import (
     MAX_BODY,
     MAX_HEADER,
@@ -21,6 +21,7 @@ from raydbg.agent.dap_rewrite import (
     StopFocus,
     encode,
 )
+from raydbg.api_errors import ApiError, Conflict, NotFound, Unreachable
 
 log = logging.getLogger("raydbg.agent")
 
@@ -183,33 +184,26 @@ async def _focused(reader: asyncio.StreamReader, ws: web.WebSocketResponse, focu
         await ws.send_bytes(rest)
 
 
-class PeerRefused(Exception):
-    """Another node's agent did not take the relay; `status` is the HTTP answer to pass on."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
-async def open_agent(url: str, token: str) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse]:
+async def open_agent(peer: api_transport.Peer, sid: str) -> tuple[aiohttp.ClientSession, aiohttp.ClientWebSocketResponse]:
     """Open the relay WebSocket to another node's agent (same path, same token).
 
-    Done before the client's own upgrade, so the peer's 404/409 reach the client as such.
+    Done before the client's own upgrade, so the peer's 404/409 reach the client as such;
+    any other refusal, and an agent out of reach, is a 502 (api_errors.Unreachable).
     """
     http = aiohttp.ClientSession()
     try:
-        peer = await asyncio.wait_for(http.ws_connect(
-            url, headers={"Authorization": f"Bearer {token}"}, max_msg_size=MAX_MESSAGE,
-            heartbeat=heartbeat_s(),
-        ), CONNECT_TIMEOUT_S)
-    except aiohttp.WSServerHandshakeError as exc:
+        peer_ws = await api_transport.open_ws(peer, http, f"/api/v1/sessions/{sid}/dap", max_msg_size=MAX_MESSAGE,
+                                              heartbeat=heartbeat_s(), timeout=CONNECT_TIMEOUT_S)
+    except (NotFound, Conflict) as exc:
         await http.close()
-        raise PeerRefused(exc.status if exc.status in (404, 409) else 502,
-                          f"the session's node agent answered HTTP {exc.status}") from None
-    except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as exc:
+        raise type(exc)(f"the session's node agent answered HTTP {exc.status}") from None
+    except ApiError as exc:
         await http.close()
-        raise PeerRefused(502, f"the session's node agent is unreachable: {type(exc).__name__}") from None
-    return http, peer
+        raise Unreachable(f"the session's node agent: {exc}") from None
+    except BaseException:
+        await http.close()
+        raise
+    return http, peer_ws
 
 
 async def pipe_agent(ws: web.WebSocketResponse, http: aiohttp.ClientSession,

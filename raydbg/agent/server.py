@@ -6,7 +6,6 @@ agent host lists the features: raydbg/agent_host/actor.py)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -15,8 +14,9 @@ from typing import Any, Protocol
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from raydbg import _ray_internals, auth, dial, registry, telemetry, validate
+from raydbg import _ray_internals, api_errors, auth, dial, registry, telemetry, validate
 from raydbg.agent import feed, relay
+from raydbg.api_errors import BadRequest, Conflict, NotFound, Unauthorized, Unavailable
 from raydbg.telemetry import prometheus
 from raydbg.version import __version__
 
@@ -40,20 +40,14 @@ def public(rec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in rec.items() if k not in PRIVATE_FIELDS}
 
 
-def bad_request(message: str) -> web.HTTPBadRequest:
-    """A 400 whose JSON body says in one line what was wrong (raise it from a handler)."""
-    return web.HTTPBadRequest(text=json.dumps({"error": validate.escape(message, 300)}),
-                              content_type="application/json")
-
-
 async def json_body(request: web.Request, shape: str) -> Any:
     """The request's JSON body, parsed as records are (validate.parse: at most 1 MiB, no NaN or
     infinite numbers, bounded nesting): every JSON route reads its body here, and anything
-    else is answered with a one-line 400 (raised) naming the `shape` to send, never a 500."""
+    else is answered with a one-line 400 (BadRequest) naming the `shape` to send, never a 500."""
     try:
         return validate.parse(await request.read())
     except validate.Malformed as exc:
-        raise bad_request(f"send {shape} as JSON ({exc})") from None
+        raise BadRequest(f"send {shape} as JSON ({validate.escape(exc, 200)})") from None
 
 
 class Feature(Protocol):
@@ -101,7 +95,7 @@ class AgentServer:
         presented = auth.bearer(request.headers.get("Authorization"))
         if not auth.check(presented, self.token):
             self.refuse(request, "no token" if presented is None else "bad token")
-            return web.json_response({"error": "missing or wrong raydbg token"}, status=401)
+            raise Unauthorized("missing or wrong raydbg token")
         return await handler(request)
 
     def access_logger(self) -> type[AbstractAccessLogger]:
@@ -122,7 +116,8 @@ class AgentServer:
         return RefusalCounter
 
     def app(self) -> web.Application:
-        app = web.Application(middlewares=[self._auth])
+        # The error map outermost: the token check's refusal is one of its errors too.
+        app = web.Application(middlewares=[api_errors.middleware, self._auth])
         app.add_routes([
             web.get("/api/v1/status", self.status),
             web.get("/api/v1/sessions", self.sessions),
@@ -171,19 +166,19 @@ class AgentServer:
         sid = request.match_info["id"]
         rec = await asyncio.to_thread(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
         if rec is None:
-            return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
+            raise NotFound(f"no paused session {validate.escape(sid, 64)}")
         return web.json_response(public(rec))
 
     async def nodes(self, request: web.Request) -> web.Response:
         if self.nodes_fn is None:
-            return web.json_response({"error": "not the gateway"}, status=404)
+            raise NotFound("not the gateway")
         return web.json_response(await asyncio.to_thread(self.nodes_fn))
 
     async def events(self, request: web.Request) -> web.Response:
         try:
             limit = max(1, min(1000, int(request.query.get("limit", "100"))))
         except ValueError:
-            return web.json_response({"error": "limit must be an integer"}, status=400)
+            raise BadRequest("limit must be an integer") from None
         return web.json_response(await asyncio.to_thread(registry.events, limit))
 
     async def agents(self, request: web.Request) -> web.Response:
@@ -197,7 +192,7 @@ class AgentServer:
         try:
             self.feed.join()
         except feed.TooManyClients as exc:
-            return web.json_response({"error": f"{exc}; try again later"}, status=503)
+            raise Unavailable(f"{exc}; try again later") from None
         try:
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await resp.prepare(request)
@@ -229,25 +224,25 @@ class AgentServer:
         sid = request.match_info["id"]
         rec = await asyncio.to_thread(registry.get, registry.SESSION + sid) if validate.is_id(sid) else None
         if rec is None:
-            return web.json_response({"error": f"no paused session {validate.escape(sid, 64)}"}, status=404)
+            raise NotFound(f"no paused session {validate.escape(sid, 64)}")
         if rec["node_id"] != self.node_id:
             if not self.is_head:  # only the gateway relays on; a node agent serves its own node
-                return web.json_response({"error": f"session {sid} is not on this node"}, status=404)
+                raise NotFound(f"session {sid} is not on this node")
             return await self._relay_remote(request, rec, sid)
         # Listed a moment before its debugger listens ("starting"): the client waits, bounded.
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ATTACHABLE_WAIT_S
         while not (rec.get("socket") or rec.get("port")):
             if loop.time() >= deadline:
-                return web.json_response({"error": f"session {sid} is not attachable yet"}, status=409)
+                raise Conflict(f"session {sid} is not attachable yet")
             await asyncio.sleep(ATTACHABLE_POLL_S)
             rec = await asyncio.to_thread(registry.get, registry.SESSION + sid)
             if rec is None:
-                return web.json_response({"error": f"no paused session {sid}"}, status=404)
+                raise NotFound(f"no paused session {sid}")
         pid = int(rec["pid"])
         # Checked and claimed with no await in between: of clients racing here, one wins.
         if pid in self._busy_pids:
-            return web.json_response({"error": f"a client is already attached to worker {pid}"}, status=409)
+            raise Conflict(f"a client is already attached to worker {pid}")
         self._busy_pids.add(pid)
         try:
             ws = self._websocket()
@@ -263,15 +258,15 @@ class AgentServer:
     async def _relay_remote(self, request: web.Request, rec: dict[str, Any], sid: str) -> web.StreamResponse:
         """Relay to the agent of the session's node, at the address Ray gives (raydbg.dial)."""
         try:
-            url = await asyncio.to_thread(dial.resolve, rec["node_id"], sid)
+            agent = await asyncio.to_thread(dial.resolve, rec["node_id"], self.token)
         except dial.DialRefused as exc:
             self.refuse(request, "dial")
             log.warning("raydbg agent: not relaying session %s: %s", sid, exc)
-            return web.json_response({"error": f"not relaying session {sid}: {exc}"}, status=502)
+            raise exc.within(f"not relaying session {sid}") from None
         try:
-            http, peer = await relay.open_agent(url, self.token)
-        except relay.PeerRefused as exc:
-            return web.json_response({"error": f"session {sid}: {exc}"}, status=exc.status)
+            http, peer = await relay.open_agent(agent, sid)
+        except api_errors.ApiError as exc:
+            raise exc.within(f"session {sid}") from None
         ws = self._websocket()
         try:
             await ws.prepare(request)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry
+from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry, schema
 from raydbg.agent import dead_records, nodes
 from raydbg.agent.monitor_state import RUNNING, MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
@@ -114,6 +114,7 @@ class NodeAgent:
                 "gcs_address": self.gcs_address,
             }
             registry.put(registry.GATEWAY, gateway)
+            registry.delete(registry.AGENTS_STARTING)  # clients waiting for the gateway find it now
             gateway_file.write(_ray_internals.session_dir(), gateway)
             try:
                 leave_for_local_clients(str(gateway["address"]), self.token)
@@ -170,7 +171,7 @@ class NodeAgent:
         if self.monitor_watch.needs_event(state):
             registry.record_event(
                 "monitor.failed", f"memory monitor not running: {state['reason']}",
-                node_id=self.node_id, reason=state["reason"],
+                node_id=self.node_id, details=schema.MonitorFailedDetails(reason=state["reason"]),
             )  # fmt: skip
         return state
 

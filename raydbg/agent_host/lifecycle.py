@@ -13,12 +13,14 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raydbg import _ray_internals, config, ray_nodes, registry
 from raydbg.config import NAMESPACE, agent_name
 from raydbg.ray_nodes import head_node_id
-from raydbg.records import SessionRecord
+
+if TYPE_CHECKING:  # msgspec is imported where a record is written
+    from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg")
 
@@ -99,14 +101,36 @@ def wait_for_agent_starts(timeout: float = JOIN_AT_EXIT_S) -> bool:
     return not left
 
 
+def mark_starting(started_by: str) -> bool:
+    """Say in the registry that the gateway is on its way, unless it runs: a client that finds
+    no gateway then waits for it (bounded) instead of saying raydbg is not active
+    (raydbg.client). The gateway's agent removes the mark once it listens; a start that fails
+    removes it here. False, with nothing written, when the gateway runs."""
+    if registry.get(registry.GATEWAY) is not None:
+        return False
+    registry.put(registry.AGENTS_STARTING, {"since": time.time(), "started_by": started_by})
+    return True
+
+
 def _ensure_all_quietly(started_by: str, go: threading.Event) -> None:
-    go.wait(START_AFTER_S)
+    marked = False
     try:
+        marked = mark_starting(started_by)
+        go.wait(START_AFTER_S)
         from raydbg.agent_host import actor
 
         actor.start_missing_agents(started_by, watch_nodes=True)
     except Exception:
         log.exception("raydbg: could not start node agents")
+        if marked:
+            _unmark_quietly()
+
+
+def _unmark_quietly() -> None:
+    try:
+        registry.delete(registry.AGENTS_STARTING)
+    except Exception:
+        log.exception("raydbg: could not clear the agents' starting mark")
 
 
 def ensure_agents_soon(node_id: str, started_by: str = "") -> None:
@@ -119,14 +143,18 @@ def ensure_agents_soon(node_id: str, started_by: str = "") -> None:
 
 
 def _ensure_quietly(node_id: str, started_by: str) -> None:
+    gateway_missing = False
     try:
         head = head_node_id()
-        if head and head != node_id and registry.get(registry.GATEWAY) is None:
+        gateway_missing = bool(head) and mark_starting(started_by)
+        if head and gateway_missing and head != node_id:
             ensure_agent(head, True, started_by)
         if registry.get(registry.AGENT + node_id) is None:
             ensure_agent(node_id, node_id == head, started_by)
     except Exception:
         log.exception("raydbg: could not start node agents")
+        if gateway_missing:
+            _unmark_quietly()
         with _ensure_lock:
             _ensured.discard(node_id)
 
@@ -167,6 +195,7 @@ def down() -> int:
         ray.kill(handle, no_restart=True)
         stopped += 1
     registry.delete(registry.GATEWAY)
+    registry.delete(registry.AGENTS_STARTING)
     return stopped
 
 

@@ -16,13 +16,10 @@ from aiohttp import web
 
 from raydbg import validate
 from raydbg.agent.server import AgentServer, json_body
+from raydbg.api_errors import NotFound
 from raydbg.breakpoints import model, store
 
 MAX_PUT = 1000
-
-
-def _error(message: str, status: int = 400) -> web.Response:
-    return web.json_response({"error": message}, status=status)
 
 
 def _job(request: web.Request) -> str | None:
@@ -37,13 +34,11 @@ def _listed(bps: list[model.Breakpoint]) -> dict[str, Any]:
 
 
 def register(agent: AgentServer, app: web.Application) -> None:
-    """The breakpoint routes on the gateway's app (every agent serves them; clients use the gateway)."""
+    """The breakpoint routes on the gateway's app (every agent serves them; clients use the gateway).
+    Bad input is a model.BadBreakpoint: the agent's error middleware answers it with a one-line 400."""
 
     async def list_all(request: web.Request) -> web.Response:
-        try:
-            job = _job(request)
-        except model.BadBreakpoint as exc:
-            return _error(str(exc))
+        job = _job(request)
 
         def read() -> dict[str, Any]:
             return _listed([bp for bp in store.load() if model.in_scope(bp, job)])
@@ -51,34 +46,28 @@ def register(agent: AgentServer, app: web.Application) -> None:
         return web.json_response(await asyncio.to_thread(read))
 
     async def add(request: web.Request) -> web.Response:
-        try:
-            body = await json_body(request, 'a breakpoint {"file": PATH, "line": N, ...}')
-            bp = model.checked(body, owner=body.get("owner") if isinstance(body, dict) else None,
-                               job=body.get("job") if isinstance(body, dict) else None)
-        except model.BadBreakpoint as exc:
-            return _error(str(exc))
+        body = await json_body(request, 'a breakpoint {"file": PATH, "line": N, ...}')
+        bp = model.checked(body, owner=body.get("owner") if isinstance(body, dict) else None,
+                           job=body.get("job") if isinstance(body, dict) else None)
         await asyncio.to_thread(store.add, bp)
         return web.json_response(model.public(bp))
 
     async def remove(request: web.Request) -> web.Response:
         bp_id = request.match_info["id"]
         if not validate.is_id(bp_id) or not await asyncio.to_thread(store.remove, bp_id):
-            return _error(f"no breakpoint {validate.escape(bp_id, 64)}", 404)
+            raise NotFound(f"no breakpoint {validate.escape(bp_id, 64)}")
         return web.json_response({"removed": bp_id})
 
     async def replace(request: web.Request) -> web.Response:
-        try:
-            owner = model.ident(request.query.get("owner"), "owner")
-            if owner is None:
-                raise model.BadBreakpoint("PUT needs ?owner=NAME (whose breakpoints it replaces)")
-            job = _job(request)
-            body = await json_body(request, '{"breakpoints": [...]}')
-            items = body.get("breakpoints") if isinstance(body, dict) else None
-            if not isinstance(items, list) or len(items) > MAX_PUT:
-                raise model.BadBreakpoint(f'the body must be {{"breakpoints": [...]}} with at most {MAX_PUT}')
-            wanted = [model.checked(item, owner=owner, job=job) for item in items]
-        except model.BadBreakpoint as exc:
-            return _error(str(exc))
+        owner = model.ident(request.query.get("owner"), "owner")
+        if owner is None:
+            raise model.BadBreakpoint("PUT needs ?owner=NAME (whose breakpoints it replaces)")
+        job = _job(request)
+        body = await json_body(request, '{"breakpoints": [...]}')
+        items = body.get("breakpoints") if isinstance(body, dict) else None
+        if not isinstance(items, list) or len(items) > MAX_PUT:
+            raise model.BadBreakpoint(f'the body must be {{"breakpoints": [...]}} with at most {MAX_PUT}')
+        wanted = [model.checked(item, owner=owner, job=job) for item in items]
 
         def write() -> dict[str, Any]:
             return _listed(store.replace(owner, job, wanted))

@@ -11,6 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from raydbg.api_errors import BadRequest
+
 DEFAULT_HIT_LIMIT = 3  # threads paused at once per breakpoint, cluster-wide
 MAX_HIT_LIMIT = 10_000
 MAX_FILE = 4096
@@ -21,8 +23,8 @@ _ID = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class BadBreakpoint(ValueError):
-    """Input a user can fix; the message is one line."""
+class BadBreakpoint(BadRequest):
+    """Input a user can fix; the message is one line (a route that raises it answers 400)."""
 
 
 def new_id() -> str:

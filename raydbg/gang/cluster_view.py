@@ -9,7 +9,7 @@ import asyncio
 import time
 from typing import Any
 
-from raydbg import _ray_internals, dial, progress_records, registry
+from raydbg import _ray_internals, dial, progress_records, registry, schema, validate
 from raydbg.gang import node, pyspy, stack_classes, worker_labels
 from raydbg.telemetry import attempts
 
@@ -32,8 +32,19 @@ async def merged_progress(token: str, self_node_id: str) -> tuple[list[dict[str,
     answers, errors = await dial.ask_agents("/api/v1/progress/local", token=token, skip_node_id=self_node_id,
                                             timeout_s=PROGRESS_TIMEOUT_S)
     for beats in answers:
-        out.extend(beats)
+        out.extend(_valid_beats(beats))
     return out, errors
+
+
+def _valid_beats(beats: Any) -> list[dict[str, Any]]:
+    """Another node's beats: each a ProgressBeat, or skipped."""
+    out: list[dict[str, Any]] = []
+    for beat in beats if isinstance(beats, list) else []:
+        try:
+            out.append(validate.check(schema.ProgressBeat, beat, fill=False))
+        except validate.Malformed:
+            continue
+    return out
 
 
 def _query(pids: list[int] | None, job: str | None, run: str | None, native: bool,
@@ -84,8 +95,14 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
                                                 token=token, skip_node_id=self_node_id,
                                                 timeout_s=AGENT_TIMEOUT_S + (pyspy.NATIVE_TIMEOUT_S if native else 0))
         for body in answers:
-            workers.extend(body.get("workers") or [] if isinstance(body, dict) else [])
-            beats.extend(body.get("progress") or [] if isinstance(body, dict) else [])
+            for w in body.get("workers") or [] if isinstance(body, dict) else []:
+                try:  # another node's agent (maybe another version): checked as a WorkerStacks
+                    workers.append(validate.check(schema.WorkerStacks, w, fill=False))
+                except validate.Malformed as exc:
+                    who = w if isinstance(w, dict) else {}
+                    errors.append({"node_id": str(who.get("node_id", "")), "pid": who.get("pid"),
+                                   "error": f"malformed stacks record: {exc}"})
+            beats.extend(_valid_beats(body.get("progress") if isinstance(body, dict) else None))
         errors.extend(failed)
 
     await asyncio.gather(own_node(), other_nodes())

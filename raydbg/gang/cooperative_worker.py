@@ -44,10 +44,10 @@ from raydbg.gang.cooperative_files import (
     paths,
     request_path,
 )
+from raydbg.record_rules import TRAIN_NAMES
 
 # A snapshot's "train": the stacks contract's labels from the session record's Train fields.
-TRAIN_LABELS = {"train_run": "train_run", "world_rank": "train_rank", "local_rank": "train_local_rank",
-                "world_size": "train_world_size"}
+TRAIN_LABELS = {label: field for field, label in TRAIN_NAMES.items()}
 _installed: dict[str, Any] = {}
 _listening: dict[str, Any] = {}
 

@@ -21,13 +21,15 @@ import sys
 import threading
 import time
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from raydbg import config, registry
 from raydbg.gang import own_threads, stack_classes
 from raydbg.gang.frames import user_frames
-from raydbg.records import SessionRecord
 from raydbg.worker import resume, session, thread_trace, user_roots
+
+if TYPE_CHECKING:  # msgspec is imported where a record is written
+    from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg.worker")
 

@@ -17,11 +17,14 @@ import pwd
 import time
 from typing import Any
 
+import msgspec
 import psutil
 
 from raydbg import dial, registry
+from raydbg.api_errors import BadRequest, Conflict, Forbidden, NotFound
 from raydbg.gang import cluster_view, cooperative_agent, pause_target
 from raydbg.gang.pyspy import StackError
+from raydbg.schema import PauseAnswer
 
 DEFAULT_WAIT_S = 5.0
 MAX_WAIT_S = 60.0
@@ -30,14 +33,6 @@ POLL_S = 0.05
 
 
 BODY = '{"target": "RUN:RANK" | "PID" | "NODE:PID" | "CLASS_ID"}'
-
-
-class PauseRefused(Exception):
-    """Why a pause cannot be done, in one line, with the HTTP status to answer."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def _user(uid: int) -> str:
@@ -52,19 +47,19 @@ async def pause_local(pid: int) -> dict[str, Any]:
     try:
         owner = psutil.Process(pid).uids().real
     except psutil.NoSuchProcess:
-        raise PauseRefused(404, f"no process {pid} on this node") from None
+        raise NotFound(f"no process {pid} on this node") from None
     if owner != os.getuid():
-        raise PauseRefused(403, f"pid {pid} runs as {_user(owner)}: raydbg pauses only its own "
+        raise Forbidden(f"pid {pid} runs as {_user(owner)}: raydbg pauses only its own "
                                 f"user's workers ({_user(os.getuid())})")
     if not cooperative_agent.listening(pid):
-        raise PauseRefused(409, f"pid {pid} is not a raydbg-activated worker (no stacks thread): "
+        raise Conflict(f"pid {pid} is not a raydbg-activated worker (no stacks thread): "
                                 f"run the job with RAY_DEBUG=1")
     try:
         answer = await cooperative_agent.ask_pause(pid, NODE_TIMEOUT_S)
     except StackError as exc:
-        raise PauseRefused(409, str(exc)) from None
+        raise Conflict(str(exc)) from None
     if answer.get("error"):
-        raise PauseRefused(409, f"pid {pid}: {answer['error']}")
+        raise Conflict(f"pid {pid}: {answer['error']}")
     return answer
 
 
@@ -80,7 +75,7 @@ async def _find(target: pause_target.Target, job: str | None, token: str,
     report = await cluster_view.cluster_stacks(job=job, token=token, self_node_id=node_id, use_pyspy=False)
     found = pause_target.from_stacks(target, report)
     if found is None:
-        raise PauseRefused(404, pause_target.not_found(target))
+        raise NotFound(pause_target.not_found(target))
     return found
 
 
@@ -100,33 +95,30 @@ async def _listed(worker: pause_target.Worker, since: float, wait_s: float) -> d
 async def pause(body: Any, *, token: str, node_id: str) -> dict[str, Any]:
     """The gateway's pause: find the worker, ask its node, wait for the session."""
     if not isinstance(body, dict) or not isinstance(body.get("target"), str):
-        raise PauseRefused(400, f"send {BODY}")
+        raise BadRequest(f"send {BODY}")
     try:
         target = pause_target.parse(body["target"])
     except pause_target.BadTarget as exc:
-        raise PauseRefused(400, str(exc)) from None
+        raise BadRequest(str(exc)) from None
     try:
         wait_s = min(MAX_WAIT_S, max(0.0, float(body.get("wait_s", DEFAULT_WAIT_S))))
     except (TypeError, ValueError, OverflowError):  # a list, a text, 10**400
-        raise PauseRefused(400, f"wait_s must be a number of seconds (at most {MAX_WAIT_S:g} are waited)") from None
+        raise BadRequest(f"wait_s must be a number of seconds (at most {MAX_WAIT_S:g} are waited)") from None
     job = body.get("job") if isinstance(body.get("job"), str) else None
     started = time.time()
     try:
         worker = await _find(target, job, token, node_id)
     except pause_target.BadTarget as exc:
-        raise PauseRefused(409, str(exc)) from None
+        raise Conflict(str(exc)) from None
     if worker.node_id == node_id:
         answer = await pause_local(worker.pid)
     else:
-        try:
-            status, answer = await dial.post_agent(worker.node_id, "/api/v1/node/pause", {"pid": worker.pid},
-                                                   token=token, timeout_s=NODE_TIMEOUT_S + 5)
-        except Exception as exc:
-            raise PauseRefused(502, f"node {worker.node_id[:12]}'s agent: {exc or type(exc).__name__}") from None
-        if status != 200:
-            raise PauseRefused(status, str(answer.get("error") if isinstance(answer, dict) else answer))
+        # The node's refusal (404, 403, 409) is answered on as it is, with its line.
+        answer = await dial.post_agent(worker.node_id, "/api/v1/node/pause", {"pid": worker.pid},
+                                       token=token, timeout_s=NODE_TIMEOUT_S + 5)
     # `since` of a record is the worker's clock: a second's skew between nodes still matches.
     session = await _listed(worker, started - 1.0, wait_s)
-    return {"target": body["target"], "node_id": worker.node_id, "pid": worker.pid,
-            "train_run": worker.train_run, "world_rank": worker.world_rank,
-            "thread": answer.get("thread"), "session": session}
+    out: dict[str, Any] = msgspec.to_builtins(PauseAnswer(
+        target=body["target"], node_id=worker.node_id, pid=worker.pid, train_run=worker.train_run,
+        world_rank=worker.world_rank, thread=answer.get("thread"), session=session))
+    return out

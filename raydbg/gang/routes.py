@@ -24,7 +24,8 @@ from typing import Any
 from aiohttp import web
 
 from raydbg import _ray_internals, progress_records, registry, validate
-from raydbg.agent.server import AgentServer, bad_request, json_body
+from raydbg.agent.server import AgentServer, json_body
+from raydbg.api_errors import BadRequest, NotFound, Unavailable
 from raydbg.gang import cluster_view, hang_service, node, pause, pause_service, stragglers
 from raydbg.telemetry import attempts
 from raydbg.worker import resume
@@ -35,10 +36,6 @@ TRAIN_STATE_TIMEOUT_S = 10.0  # its first lookup from the gateway imports Ray Tr
 def _flag(request: web.Request, name: str, default: bool) -> bool:
     value = request.query.get(name)
     return default if value is None else value not in ("0", "false", "no", "")
-
-
-class BadRequest(ValueError):
-    pass
 
 
 def _pids(text: str | None) -> set[int] | None:
@@ -78,10 +75,7 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
     """This node's stacks; the cluster's only on the gateway."""
 
     async def node_stacks(request: web.Request) -> web.Response:
-        try:
-            pids = _pids(request.query.get("pids"))
-        except BadRequest as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+        pids = _pids(request.query.get("pids"))
         workers = await node.node_stacks(
             agent.node_id, agent.node_ip, pids=pids, job=request.query.get("job") or None,
             run=request.query.get("run") or None,
@@ -101,8 +95,7 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
         try:
             records = await asyncio.to_thread(_ray_internals.train_run_records, None, TRAIN_STATE_TIMEOUT_S)
         except Exception as exc:  # the state actor did not answer: say so, the client goes on without
-            return web.json_response({"error": f"Ray Train's state actor: {exc or type(exc).__name__}"},
-                                     status=503)
+            raise Unavailable(f"Ray Train's state actor: {exc or type(exc).__name__}") from None
         return web.json_response({"runs": attempts.summarize(records)})
 
     out = [web.get("/api/v1/node/stacks", node_stacks)]
@@ -116,20 +109,13 @@ def pause_routes(agent: AgentServer) -> list[web.RouteDef]:
         body = await json_body(request, '{"pid": N}')
         pid = body.get("pid") if isinstance(body, dict) else None
         if not validate.is_pid(pid):
-            raise bad_request(f'send {{"pid": N}}, N a process id (an integer from 1 to {validate.MAX_PID})')
-        try:
-            answer = await pause_service.pause_local(pid)
-        except pause_service.PauseRefused as exc:
-            return web.json_response({"error": str(exc)}, status=exc.status)
+            raise BadRequest(f'send {{"pid": N}}, N a process id (an integer from 1 to {validate.MAX_PID})')
+        answer = await pause_service.pause_local(pid)
         return web.json_response({"node_id": agent.node_id, "pid": pid, **answer})
 
     async def cluster_pause(request: web.Request) -> web.Response:
         body = await json_body(request, pause_service.BODY)
-        try:
-            answer = await pause_service.pause(body, token=agent.token, node_id=agent.node_id)
-        except pause_service.PauseRefused as exc:
-            return web.json_response({"error": str(exc)}, status=exc.status)
-        return web.json_response(answer)
+        return web.json_response(await pause_service.pause(body, token=agent.token, node_id=agent.node_id))
 
     out = [web.post("/api/v1/node/pause", node_pause)]
     if agent.is_head:
@@ -142,7 +128,7 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
         sid = request.match_info["id"]
         rec = await asyncio.to_thread(registry.get, registry.SESSION + sid)
         if rec is None:
-            return web.json_response({"error": f"no paused session {sid}"}, status=404)
+            raise NotFound(f"no paused session {sid}")
         await asyncio.to_thread(resume.request_session, sid)
         return web.json_response({"continued": [sid], "group": None})
 
@@ -151,20 +137,17 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
         sessions = await asyncio.to_thread(registry.sessions)
         kind, ids = pause.resolve(gid, sessions)
         if kind != "group":
-            return web.json_response({"error": f"no paused session in group {gid}"}, status=404)
+            raise NotFound(f"no paused session in group {gid}")
         await asyncio.to_thread(resume.request_group, gid)
         return web.json_response({"continued": ids, "group": gid})
 
     async def continue_many(request: web.Request) -> web.Response:
-        try:
-            job = bulk_scope(await json_body(request, BULK_BODY))
-        except BadRequest as exc:
-            raise bad_request(str(exc)) from None
+        job = bulk_scope(await json_body(request, BULK_BODY))
         sessions = await asyncio.to_thread(registry.sessions)
         ids, gids = pause.bulk_targets(sessions, job)
         if not ids:
             where = f"of job {job}" if job is not None else "on the cluster"
-            return web.json_response({"error": f"no paused session {where}: see `raydbg list`"}, status=404)
+            raise NotFound(f"no paused session {where}: see `raydbg list`")
 
         def write() -> None:
             # The same requests one `raydbg continue` each would write; a group's key also lets
@@ -185,13 +168,13 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
 
     async def progress_all(request: web.Request) -> web.Response:
         if not agent.is_head:
-            return web.json_response({"error": "not the gateway"}, status=404)
+            raise NotFound("not the gateway")
         beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         return web.json_response({"progress": beats, "errors": errors})
 
     async def steps(request: web.Request) -> web.Response:
         if not agent.is_head:
-            return web.json_response({"error": "not the gateway"}, status=404)
+            raise NotFound("not the gateway")
         beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         runs = stragglers.steps_view(beats, time.time(), job=request.query.get("job") or None,
                                      run=request.query.get("run") or None)

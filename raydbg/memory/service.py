@@ -29,7 +29,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from raydbg import private_dir
+import msgspec
+
+from raydbg import private_dir, schema
 from raydbg.memory import node_files
 from raydbg.memory.killer import Killable, Killer, find_raylet
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
@@ -89,9 +91,11 @@ class Recorder:
         self.budget = budget
 
     def record_event(self, event: dict[str, Any]) -> None:
-        # Same record and key as registry.record_event, with the id the monitor chose.
-        key = f"{self.registry.EVENT}{int(event['ts'] * 1000):015d}-{event['id']}"
-        self.registry.put(key, event)
+        # Same record (checked against the one Event struct) and key as registry.put_event,
+        # with the id the monitor chose.
+        checked = msgspec.convert(event, schema.Event)
+        key = f"{self.registry.EVENT}{int(checked.ts * 1000):015d}-{checked.id}"
+        self.registry.put(key, msgspec.to_builtins(checked))
 
     def on_kill(self, victim: Candidate, event: dict[str, Any]) -> None:
         if event["kind"] != "memory.kill":
@@ -195,7 +199,7 @@ def report_failure(node_id: str, reason: str) -> None:
         )
         registry.record_event(
             "monitor.failed", f"memory monitor not running: {reason}", node_id=node_id,
-            reason=reason,
+            details=schema.MonitorFailedDetails(reason=reason),
         )  # fmt: skip
     except Exception as e:
         log.error("raydbg memory monitor: could not report the failure either: %s", e)

@@ -19,10 +19,13 @@ import os
 import sys
 import threading
 import time
+from typing import TYPE_CHECKING
 
 from raydbg import registry
-from raydbg.records import SessionRecord
 from raydbg.worker import debugpy_control, paused_threads
+
+if TYPE_CHECKING:  # msgspec is imported where a record is written
+    from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg.worker")
 

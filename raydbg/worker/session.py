@@ -8,9 +8,10 @@ import threading
 import time
 import traceback
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from raydbg import config, ray_context, registry
-from raydbg.records import SessionRecord, new_session_id
+from raydbg.records import new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, MAX_TEXT, cap_text
 from raydbg.worker import (
     debugpy_control,
@@ -20,6 +21,9 @@ from raydbg.worker import (
     snapshot,
     user_roots,
 )
+
+if TYPE_CHECKING:  # msgspec and the structs are imported at the first pause, not at setup
+    from raydbg.schema import SessionRecord
 
 log = logging.getLogger("raydbg.worker")
 
@@ -64,17 +68,19 @@ def build_record(frame: FrameType, reason: str, exc_info: debugpy_control.ExcInf
     """The record of a pause of `thread` (the calling one if None) at `frame`; for an exception,
     where it shows in the user's code: the innermost traceback entry in a file of the
     user's (user_roots.focus), the raising frame when there is none."""
+    from raydbg.schema import ExceptionInfo, SessionRecord
+
     thread = thread or threading.current_thread()
     named, line = frame, frame.f_lineno
     exception = None
     if exc_info is not None:
         # Capped: an exception's text is the user's (or an attacker's) and can be huge.
         # The traceback keeps its tail, where the raising frame is.
-        exception = {
-            "type": cap_text(exc_info[0].__name__, 256),
-            "message": cap_text(_safe_str(exc_info[1]), EXC_MESSAGE_CHARS),
-            "traceback": cap_text("".join(traceback.format_exception(*exc_info)), EXC_TRACEBACK_CHARS, "tail"),
-        }
+        exception = ExceptionInfo(
+            type=cap_text(exc_info[0].__name__, 256),
+            message=cap_text(_safe_str(exc_info[1]), EXC_MESSAGE_CHARS),
+            traceback=cap_text("".join(traceback.format_exception(*exc_info)), EXC_TRACEBACK_CHARS, "tail"),
+        )
         named, line = user_roots.focus(frame, exc_info[2])
     return SessionRecord(
         id=session_id or new_session_id(),
@@ -87,6 +93,7 @@ def build_record(frame: FrameType, reason: str, exc_info: debugpy_control.ExcInf
         function=cap_text(named.f_code.co_name, MAX_TEXT),
         reason=reason,
         exception=exception,
+        since=time.time(),
         cwd=cap_text(ray_context.cwd(), MAX_TEXT, "tail"),
         **ray_context.ray_context(),
     )
@@ -101,7 +108,11 @@ def publish_snapshot(thread: threading.Thread, top: FrameType, reason: str) -> S
     their locals."""
     rec = build_record(top, reason, None, thread=thread)
     rec.state = "snapshot"
-    rec.frames = snapshot.frames_of(top)
+    import msgspec
+
+    from raydbg.schema import SnapshotFrame
+
+    rec.frames = msgspec.convert(snapshot.frames_of(top), list[SnapshotFrame])
     _publish(rec)
     for listener in listeners.ON_PAUSE:
         listener(rec)
@@ -191,10 +202,12 @@ def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
 
 
 def _record_timeout(rec: SessionRecord) -> None:
+    from raydbg.schema import SessionEventDetails
+
     try:
         registry.record_event(
             "session.timeout", f"session {rec.id} ({rec.function} at {rec.file}:{rec.line}) timed out",
-            node_id=rec.node_id, session=rec.id, pid=rec.pid,
+            node_id=rec.node_id, details=SessionEventDetails(session=rec.id, pid=rec.pid),
         )
     except Exception:
         pass

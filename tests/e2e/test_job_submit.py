@@ -43,6 +43,9 @@ def view():
             "breakpointhook": getattr(sys.breakpointhook, "__module__", "")}
 
 print("VIEW", json.dumps(ray.get(view.remote())), flush=True)
+# Before the interpreter's own shutdown: Ray 2.55's log thread, fed a worker's line then,
+# imports ray.autoscaler and fails on 3.13 ("can't register atexit after shutdown").
+ray.shutdown()
 """
 
 

@@ -11,17 +11,15 @@
 import { int, isObj, str } from "./fields";
 import { GatewayError } from "./gatewayClient";
 import { parseSessionRecord, SessionRecord } from "./records";
+import type { PauseAnswer as PauseAnswerWire } from "./records.generated";
 import { PauseTarget } from "./viewItems";
 
-export interface PauseAnswer {
-  target: string;
+/** The generated answer (raydbg/schema.py), parsed leniently: node and pid may be missing, the session parsed. */
+export type PauseAnswer = Omit<PauseAnswerWire, "node_id" | "pid" | "session"> & {
   node_id: string | null;
   pid: number | null;
-  train_run: string | null;
-  world_rank: number | null;
-  thread: string | null;
   session: SessionRecord | null;
-}
+};
 
 /** The answer, or a one-line message when it is not a pause answer. */
 export function parsePauseAnswer(body: unknown, target: string): PauseAnswer | string {

@@ -1,5 +1,5 @@
 /**
- * Session records as the gateway sends them (docs/architecture.md), parsed defensively.
+ * Session records as the gateway sends them (docs/records.md), parsed defensively.
  *
  * The gateway is another process on another machine, possibly another raydbg version:
  * anything it sends is checked field by field and a bad record becomes an error value,
@@ -7,59 +7,20 @@
  */
 
 import { isObj, num, str } from "./fields";
+import type { ExceptionInfo, SessionRecord as SessionWire, SnapshotFrame } from "./records.generated";
 
-export interface ExceptionInfo {
-  type: string;
-  message: string;
-  traceback?: string;
-}
+export type { ExceptionInfo, SnapshotFrame };
 
-/** One frame of a snapshot (a thread `raydbg pause` found blocked in C), innermost first. */
-export interface SnapshotFrame {
-  function: string;
-  file: string;
-  line: number | null;
-  /** name -> safe repr, as the worker wrote it. */
-  locals: Record<string, string>;
-}
+/** Fields a record from another gateway version may lack: null here, shown as "?". */
+type Lenient = "pid" | "thread_id" | "thread_name" | "line" | "function" | "since" | "cwd";
 
-export interface SessionRecord {
-  id: string;
-  job_id: string;
-  task_id: string | null;
-  task_name: string | null;
-  actor_id: string | null;
-  actor_name: string | null;
-  /** Ray Train run name, when the worker belongs to one. */
-  train_run: string | null;
-  /** World rank. */
-  train_rank: number | null;
-  train_local_rank: number | null;
-  train_world_size: number | null;
-  /** Pause-all group id: ranks paused together at one line. */
-  group: string | null;
-  node_id: string;
-  node_ip: string;
-  pid: number | null;
-  thread_id: number | null;
-  thread_name: string | null;
-  file: string;
-  line: number | null;
-  function: string | null;
-  reason: string;
-  exception: ExceptionInfo | null;
-  since: number | null;
+/**
+ * A session as the extension holds it: the generated wire type (raydbg/schema.py), with the
+ * lenient fields nullable and `state` open to a newer gateway's states.
+ */
+export type SessionRecord = Omit<SessionWire, Lenient | "state"> & { [K in Lenient]: SessionWire[K] | null } & {
   state: string;
-  attachable: boolean;
-  cwd: string | null;
-  /** The armed breakpoint (issue 18) this session paused at, if any. */
-  breakpoint_id: string | null;
-  /**
-   * State "snapshot" only: the frames (with locals) of a thread blocked in C; it becomes
-   * a session under the same id ("starting", then "waiting") once back in Python.
-   */
-  frames: SnapshotFrame[] | null;
-}
+};
 
 /** A record that could not be used, with what was wrong (shown as an error item). */
 export interface BadRecord {
@@ -77,7 +38,7 @@ function parseException(v: unknown): ExceptionInfo | null {
   return {
     type: str(v, "type") ?? "Exception",
     message: str(v, "message") ?? "",
-    traceback: str(v, "traceback") ?? undefined,
+    traceback: str(v, "traceback") ?? "",
   };
 }
 

@@ -1,0 +1,353 @@
+// Generated from raydbg/schema.py by `python -m raydbg.schema_gen`; edit there, not here.
+// The records as the gateway sends them (fields with a default are always present;
+// `?`: written only when set). records.ts parses what arrives into these, defensively.
+
+/** One paused thread of one worker (`session/<id>`; `raydbg list --json`, `GET /api/v1/sessions`). */
+export interface SessionRecord {
+  /** session id (12 hex chars) */
+  id: string;
+  /** Ray job id (hex) */
+  job_id: string;
+  /** worker process id */
+  pid: number;
+  /** Python thread ident of the paused thread */
+  thread_id: number;
+  /** thread name */
+  thread_name: string;
+  /** absolute path of the paused frame's file (a post-mortem: of the innermost frame of the user's code in the traceback, else the raising frame) */
+  file: string;
+  /** line number of that frame */
+  line: number;
+  /** function name of that frame */
+  function: string;
+  /** `breakpoint`, `exception`, or `pause` (`raydbg pause`) */
+  reason: string;
+  /** Ray node id (hex) */
+  node_id: string;
+  /** node IP address */
+  node_ip: string;
+  /** Ray task id (hex) */
+  task_id: string | null;
+  /** task or actor-method name as Ray reports it (`f`, `Actor.method`) */
+  task_name: string | null;
+  /** actor id (hex) when the pause is in an actor */
+  actor_id: string | null;
+  /** actor class name (or its given name) */
+  actor_name: string | null;
+  /** Ray Train world rank when in a Train worker */
+  train_rank: number | null;
+  /** Ray Train run (experiment) name */
+  train_run: string | null;
+  /** Ray Train local rank (on its node) */
+  train_local_rank: number | null;
+  /** Ray Train world size */
+  train_world_size: number | null;
+  /** pause-all group: ranks paused together at one line (run + file + line + occurrence) */
+  group: string | null;
+  /** the armed breakpoint (`raydbg break add`) that paused it */
+  breakpoint_id: string | null;
+  /** what a post-mortem caught */
+  exception: ExceptionInfo | null;
+  /** epoch seconds when it paused */
+  since: number;
+  /** `starting` (debugpy not ready yet), `waiting` (attachable), `attached`, or `snapshot` (a thread `raydbg pause` could not stop yet: blocked in C; it turns `starting`, same id, once back in Python) */
+  state: "attached" | "snapshot" | "starting" | "waiting";
+  /** working directory of the worker (for path mappings) */
+  cwd: string;
+  /** a snapshot's frames, innermost first, with their locals */
+  frames: SnapshotFrame[] | null;
+  /** `state` is `waiting` or `attached` (set on writing) */
+  attachable: boolean;
+}
+
+/** What a post-mortem pause caught (capped where the record is built). */
+export interface ExceptionInfo {
+  /** exception class name */
+  type: string;
+  /** `str()` of the exception, capped */
+  message: string;
+  /** formatted traceback, its tail kept when capped */
+  traceback: string;
+}
+
+/** One frame of a snapshot (a thread `raydbg pause` found blocked in C), innermost first. */
+export interface SnapshotFrame {
+  /** function name (or a `... N more frames` marker) */
+  function: string;
+  /** absolute path of its file */
+  file: string;
+  /** line number (null where Python has none) */
+  line: number | null;
+  /** name -> safe repr, as the worker wrote it */
+  locals: Record<string, string>;
+  /** present and true where the worker's user-code roots make the frame the user's and its path alone would not (docs/hangs.md) */
+  user?: boolean;
+}
+
+/** Something that happened (`event/<ts_ms>-<id>`; `raydbg events --json`). kinds: `session.timeout`, `session.collected`, `agent.collected`, `monitor.failed`, `memory.kill`, `memory.dry-run`, `hang`, `straggler`; each kind's `details` below. */
+export interface Event {
+  /** event id (8 hex chars) */
+  id: string;
+  /** epoch seconds */
+  ts: number;
+  /** what happened (see the kinds above) */
+  kind: string;
+  /** the node it happened on, if one */
+  node_id: string;
+  /** one human line (capped) */
+  message: string;
+  /** the kind's details (below) */
+  details: Record<string, unknown>;
+}
+
+/** `details` of `session.timeout` and `session.collected` (a dead worker's or node's session). */
+export interface SessionEventDetails {
+  /** the session's id */
+  session: string;
+  /** its worker's pid */
+  pid: number | null;
+}
+
+/** `details` of `session.collected` for a record that could not be read. */
+export interface UnreadableSessionDetails {
+  /** its key, escaped */
+  key: string;
+}
+
+/** `details` of `agent.collected`: a dead node's agent record dropped by the gateway. */
+export interface AgentCollectedDetails {
+  /** the agent's pid */
+  pid: number | null;
+}
+
+/** `details` of `monitor.failed`: memory protection is off on a node. */
+export interface MonitorFailedDetails {
+  /** why the memory monitor is not running */
+  reason: string;
+}
+
+/** One node's agent (`agent/<node_id>`; the `agents` of `GET /api/v1/status`). */
+export interface AgentRecord {
+  /** Ray node id (hex) */
+  node_id: string;
+  /** the node's IP address, where the agent listens */
+  node_ip: string;
+  /** the agent's HTTP port */
+  port: number;
+  /** the agent's pid */
+  pid: number | null;
+  /** raydbg version */
+  version: string;
+  /** the node's Python version */
+  python: string;
+  /** the node's Ray version */
+  ray: string;
+  /** the head node's agent (it serves the gateway) */
+  is_head: boolean;
+  /** epoch seconds */
+  started_at: number;
+  /** who started it (a job's driver, `raydbg up`, ...) */
+  started_by: string;
+  /** it starts the agents of nodes that join */
+  watches_nodes: boolean;
+  /** the node's memory monitor */
+  memory_monitor: MonitorState | null;
+  /** why the private directory (debug doors, stacks requests) cannot be used, if it cannot */
+  private_dir: string | null;
+  /** epoch seconds of its last refresh */
+  heartbeat: number | null;
+  /** node memory at the last heartbeat */
+  memory: NodeMemory | null;
+  /** Ray worker processes on the node */
+  workers: number | null;
+  /** the node's GPUs, when known */
+  gpus: Record<string, unknown>[];
+}
+
+/** A node's memory as the memory monitor judges it. */
+export interface NodeMemory {
+  /** bytes used (page cache not counted) */
+  used: number;
+  /** bytes the node (or its cgroup) may use */
+  limit: number;
+}
+
+/** How a node's memory monitor is doing (raydbg/agent/monitor_state.py). */
+export interface MonitorState {
+  /** its state */
+  state: "failed" | "off" | "running" | "starting";
+  /** why (`failed` only) */
+  reason?: string;
+}
+
+/** Where the gateway listens (`gateway` key, and the gateway file for local clients). */
+export interface GatewayRecord {
+  /** `host:port` */
+  address: string;
+  /** the head node's id */
+  node_id: string;
+  /** the gateway agent's pid */
+  pid: number | null;
+  /** its process start time (clock ticks since boot): a local client checks it is this very process */
+  start_time: number | null;
+  /** its user id */
+  uid: number | null;
+  /** the machine's boot id */
+  boot_id: string | null;
+  /** raydbg version */
+  version: string;
+  /** the cluster's GCS address */
+  gcs_address: string;
+}
+
+/** A worker's last beat: one fixed-size block per process, rewritten in place (raydbg/progress_records.py), read by its node's agent (`GET /api/v1/node/progress`). */
+export interface ProgressBeat {
+  /** epoch seconds of the beat */
+  ts: number;
+  /** step count (a Train report's, or beats so far) */
+  step: number;
+  /** what beat: `progress`, `train.report`, ... */
+  source: string;
+  /** work time of the recent steps, oldest first */
+  busy_s: number[];
+  /** time waited in the recent sync points */
+  wait_s: number[];
+  /** of each step's work time, the time waiting for data */
+  data_s: number[];
+  /** Ray job id (hex) */
+  job_id: string;
+  /** Ray node id (hex) */
+  node_id: string;
+  /** Ray task id (hex) */
+  task_id: string | null;
+  /** actor id (hex) */
+  actor_id: string | null;
+  /** Ray Train run name */
+  train_run: string | null;
+  /** Train world rank (`train_rank` of a session) */
+  world_rank: number | null;
+  /** Train local rank */
+  local_rank: number | null;
+  /** Train world size */
+  world_size: number | null;
+  /** the worker's pid */
+  pid: number | null;
+}
+
+/** `POST /api/v1/pause` (`raydbg pause --json`): the worker paused and its session. */
+export interface PauseAnswer {
+  /** the target as asked (`rank 3`, `pid 1234`, ...) */
+  target: string;
+  /** the worker's node */
+  node_id: string;
+  /** the worker's pid */
+  pid: number;
+  /** its Train run, if any */
+  train_run: string | null;
+  /** its Train world rank, if any */
+  world_rank: number | null;
+  /** the thread the worker paused */
+  thread: string | null;
+  /** its session record (a SessionRecord), null when none was listed in time */
+  session: Record<string, unknown> | null;
+}
+
+/** One worker's stacks, labelled with its Ray identity (`workers` of `GET /api/v1/stacks`). */
+export interface WorkerStacks {
+  /** Ray node id (hex) */
+  node_id: string;
+  /** the worker's pid */
+  pid: number;
+  /** node IP address */
+  node_ip: string | null;
+  /** Ray job id (hex) */
+  job_id: string | null;
+  /** actor id (hex) */
+  actor_id: string | null;
+  /** actor name or class */
+  actor_name: string | null;
+  /** the task it runs, as its process title says */
+  task_name: string | null;
+  /** Ray Train run name */
+  train_run: string | null;
+  /** Train world rank (`train_rank` of a session) */
+  world_rank: number | null;
+  /** Train local rank */
+  local_rank: number | null;
+  /** Train world size */
+  world_size: number | null;
+  /** a thread of it is paused by raydbg */
+  paused: boolean;
+  /** its sessions */
+  session_ids: string[];
+  /** `py-spy` or `cooperative`; null when none answered */
+  source: string | null;
+  /** `thread`, `json` or `faulthandler`, when cooperative */
+  cooperative_format?: string;
+  /** why py-spy failed, when the fallback answered */
+  pyspy_error?: string;
+  /** its threads */
+  threads: ThreadStack[];
+  /** why no stack could be taken */
+  error?: string;
+}
+
+/** One thread of a worker. */
+export interface ThreadStack {
+  /** Python thread ident */
+  thread_id: number | null;
+  /** OS thread id */
+  native_id: number | null;
+  /** thread name */
+  name: string | null;
+  /** waiting for work (an idle pool thread, the task loop) */
+  idle: boolean;
+  /** stopped by raydbg (a session) */
+  paused: boolean;
+  /** innermost first */
+  frames: StackFrame[];
+}
+
+/** One frame of a thread's stack, innermost first (py-spy's, or the worker's own). */
+export interface StackFrame {
+  /** qualified function name (`Class.method`) */
+  function: string;
+  /** its file */
+  file: string;
+  /** line number */
+  line: number | null;
+  /** present and true where the worker's roots make the frame the user's and its path alone would not */
+  user?: boolean;
+}
+
+/** Workers whose main threads show one stack (`classes` of `GET /api/v1/stacks`). */
+export interface StackClass {
+  /** class id (10 hex chars) */
+  id: string;
+  /** one line: where they are */
+  summary: string;
+  /** its workers, by rank */
+  members: StackMember[];
+  /** how many workers */
+  count: number;
+  /** workers in the report */
+  total: number;
+  /** paused by raydbg */
+  paused: boolean;
+  /** waiting in a collective */
+  in_collective: boolean;
+  /** the main thread's name */
+  thread: string | null;
+  /** the stack, innermost first */
+  frames: StackFrame[];
+}
+
+/** A worker in a stack class. */
+export interface StackMember {
+  /** Ray node id (hex) */
+  node_id: string | null;
+  /** the worker's pid */
+  pid: number | null;
+  /** its Train world rank */
+  world_rank: number | null;
+}
