@@ -31,10 +31,10 @@ from raydbg.commands import (
 from raydbg.commands.base import UserError
 from raydbg.tui import command as tui_command
 
-# run up down, status, list, events, forward, prometheus, trace goodput, tui attach, continue,
-# stacks, steps, pause, break add|list|rm
 # What `raydbg --help` says first.
 DESCRIPTION = "The `raydbg` command line: run, up, down, status, list, forward (and subcommands of other parts)."
+# run up down, status, list, events, forward, prometheus, trace goodput, tui attach, continue,
+# stacks, steps, pause, break add|list|rm
 COMMANDS = (lifecycle, status, list_sessions, events, forward, prometheus, telemetry, tui_command, continue_cmd,
             stacks, steps, pause, breakpoints)
 
