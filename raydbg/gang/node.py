@@ -1,8 +1,8 @@
 """One node's WorkerStacks (agent side, in every node agent): identify the Ray workers here, then dump them in parallel.
 
-A raydbg-activated worker is asked through its stacks thread first (cooperative_agent.ask: no
+A raydbg-activated worker is asked through its stacks thread first (cooperative_agent.ask_snapshot: no
 ptrace stop, no process started; all at once), unless the request wants native frames or
-cooperative=False. py-spy for the others, and for a worker whose thread did not answer
+use_thread=False (`thread=0`). py-spy for the others, and for a worker whose thread did not answer
 (unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in the request),
 16 at a time. The cooperative signal handler when py-spy fails (no ptrace rights: then
 `pyspy_error` says why) or is off. A worker whose stacks cannot be taken carries an
