@@ -114,28 +114,11 @@ def _check_one_straggler(c: Cluster, gw: Any, run: str, fit: Fit, loader_frame: 
     return details
 
 
-@pytest.fixture(scope="module")
-def runs(cluster: tuple[Cluster, Any], tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, tuple[Fit, Path]]]:
-    """Both runs started at once (their start-ups overlap; the DDP step is light beside FSDP's);
-    each released on the way out whatever happened."""
-    base = tmp_path_factory.mktemp("stragglers")
-    configs = {"ddp-straggler": (targets.ddp_train, {"steps": 24, "batch_size": 8, "extra_s": EXTRA_S}),
-               "fsdp-straggler": (targets.fsdp_train, {"steps": 20, "batch_size": 1, "extra_s": FSDP_EXTRA_S})}
-    started = {}
-    for name, (fn, config) in configs.items():
-        release = base / f"release-{name}"
-        started[name] = (Fit(_trainer(fn, name, base, {**config, "slow_rank": 1, "release": str(release)})), release)
-    try:
-        yield started
-    finally:
-        for _, release in started.values():
-            release.touch()
-
-
-def test_ddp_rank_with_a_slow_loader_is_the_one_straggler(
-        cluster: tuple[Cluster, Any], runs: dict[str, tuple[Fit, Path]]) -> None:
+def test_ddp_rank_with_a_slow_loader_is_the_one_straggler(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     c, gw = cluster
-    fit, release = runs["ddp-straggler"]
+    release = tmp_path / "release-ddp"
+    fit = Fit(_trainer(targets.ddp_train, "ddp-straggler", tmp_path,
+                       {"steps": 24, "batch_size": 8, "extra_s": EXTRA_S, "slow_rank": 1, "release": str(release)}))
     try:
         _check_one_straggler(c, gw, "ddp-straggler", fit, "collate", EXTRA_S)
     finally:
@@ -144,10 +127,12 @@ def test_ddp_rank_with_a_slow_loader_is_the_one_straggler(
     assert len(_stragglers(gw, "ddp-straggler")) == 1
 
 
-def test_fsdp2_rank_with_a_slow_loader_is_the_one_straggler(
-        cluster: tuple[Cluster, Any], runs: dict[str, tuple[Fit, Path]]) -> None:
+def test_fsdp2_rank_with_a_slow_loader_is_the_one_straggler(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
     c, gw = cluster
-    fit, release = runs["fsdp-straggler"]
+    release = tmp_path / "release-fsdp"
+    fit = Fit(_trainer(targets.fsdp_train, "fsdp-straggler", tmp_path,
+                       {"steps": 20, "batch_size": 1, "extra_s": FSDP_EXTRA_S, "slow_rank": 1,
+                        "release": str(release)}))
     try:
         _check_one_straggler(c, gw, "fsdp-straggler", fit, "collate", FSDP_EXTRA_S)
     finally:
