@@ -156,6 +156,23 @@ def find_gateway(address: str | None = None, ask_gcs: bool = True) -> str:
     raise GatewayError("no Ray cluster found: set RAY_ADDRESS (or RAYDBG_GATEWAY), or start one with `ray start --head`")
 
 
+def checked_runs(answer: dict[str, Any], struct: str) -> dict[str, Any]:
+    """A stacks or steps answer with each of its `runs` checked against `struct` (raydbg/schema.py,
+    `RunSummary` or `StepsRun`): a run that is not one is dropped, in `errors` with why; the
+    answer as it came when every run is one."""
+    from raydbg import schema, validate
+
+    runs, errors = [], []
+    for run in answer.get("runs") or []:
+        try:
+            runs.append(validate.check(getattr(schema, struct), run, fill=False))
+        except validate.Malformed as exc:
+            errors.append({"node_id": "", "error": f"malformed {struct} from the gateway: {exc}"})
+    if not errors:
+        return answer
+    return {**answer, "runs": runs, "errors": [*(answer.get("errors") or []), *errors]}
+
+
 @dataclass
 class Gateway:
     address: str
@@ -264,12 +281,12 @@ class Gateway:
             q["pyspy"] = "0"
         if not thread:
             q["thread"] = "0"
-        return dict(await self.get("/api/v1/stacks?" + urlencode(q), timeout=timeout))
+        return checked_runs(dict(await self.get("/api/v1/stacks?" + urlencode(q), timeout=timeout)), "RunSummary")
 
     async def steps(self, job: str | None = None, run: str | None = None) -> dict[str, Any]:
         """Per Train run, each rank's recent step times and who straggles (docs/hangs.md)."""
         q = {k: v for k, v in (("job", job), ("run", run)) if v}
-        return dict(await self.get("/api/v1/steps" + (f"?{urlencode(q)}" if q else "")))
+        return checked_runs(dict(await self.get("/api/v1/steps" + (f"?{urlencode(q)}" if q else ""))), "StepsRun")
 
     async def train_runs(self, timeout: float = 20.0) -> list[dict[str, Any]]:
         """Every Ray Train run the cluster's Train state knows, with its attempts (raydbg.telemetry.attempts)."""

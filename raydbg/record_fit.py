@@ -16,9 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from raydbg.record_rules import CUT_NOTE as NOTE
 from raydbg.validate import MAX_RECORD_BYTES
-
-NOTE = "cut: raydbg records are capped at 1 MiB"
 MARKER_KEY = "..."
 FLOOR = 128  # encoded bytes a cut part keeps at least
 _ROUNDS = 8

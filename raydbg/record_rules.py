@@ -11,6 +11,9 @@ MAX_TEXT = 4096  # names, paths, ids
 MAX_LONG_TEXT = 64 * 1024  # exception message and traceback, event message
 MAX_PID = 2**31 - 1
 ID_PATTERN = r"^[A-Za-z0-9_.-]{1,128}$"
+# The marker raydbg/record_fit.py leaves where it cut a record (readers check a cut record's
+# top level only: its markers stand in lists and objects).
+CUT_NOTE = "cut: raydbg records are capped at 1 MiB"
 
 # A Train rank's identity: the session record's names (from raydbg.ray_context) -> the names
 # the gang records (progress beats, stacks reports, pause answers) carry. The one table.

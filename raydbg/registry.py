@@ -182,7 +182,8 @@ def agents() -> list[dict[str, Any]]:
 def record_event(kind: str, message: str, node_id: str = "", details: Record | None = None,
                  **more: Any) -> dict[str, Any]:
     """Record an event (raydbg.schema.Event): its `details` the kind's struct (schema.py), or
-    loose fields (`more`) for the kinds whose details are not typed yet."""
+    its fields (`more`, in the order written), checked against the kind's struct
+    (schema.EVENT_DETAILS: validate.Malformed when they do not fit)."""
     import secrets
 
     import msgspec  # here: a worker imports the registry at setup, msgspec only to write
@@ -190,9 +191,10 @@ def record_event(kind: str, message: str, node_id: str = "", details: Record | N
     from raydbg import schema
 
     fields: dict[str, Any] = msgspec.to_builtins(details) if details is not None else {}
+    checked = validate.event_details(kind, {**fields, **more})
     return put_event(schema.Event(id=secrets.token_hex(4), ts=time.time(), kind=kind, node_id=node_id,
                                   message=validate.cap_text(message, validate.MAX_LONG_TEXT),
-                                  details={**fields, **more}))
+                                  details=checked))
 
 
 def put_event(event: Event) -> dict[str, Any]:

@@ -320,12 +320,289 @@ class StackClass(Record):
     frames: Annotated[list[StackFrame], Meta(description="the stack, innermost first")] = []
 
 
+class RankCollective(Record):
+    """A rank's last collectives in one process group (Flight Recorder), its recent list left out."""
+
+    label: Annotated[str, Meta(description="the group's label (`world`, `group [2,3]`)")] = ""
+    started: Annotated[dict[str, Any] | None, Meta(
+        description="the last collective it entered (`op`, `seq`, `sizes`, `since_s`, ...)")] = None
+    completed: Annotated[dict[str, Any] | None, Meta(description="the last one it completed")] = None
+
+
+class RunRank(Record):
+    """One rank of a RunSummary."""
+
+    world_rank: Annotated[int, Meta(description="Train world rank")]
+    local_rank: Annotated[int | None, Meta(description="Train local rank")] = None
+    node_id: Annotated[str | None, Meta(description="Ray node id (hex)")] = None
+    pid: Annotated[int | None, Meta(description="the worker's pid")] = None
+    state: Annotated[str, Meta(
+        description="`paused` (by raydbg), `held` (another rank is paused) or `running`")] = "running"
+    session_ids: Annotated[list[str], Meta(description="its sessions")] = []
+    class_id: Annotated[str | None, Meta(description="its StackClass's id")] = None
+    last_progress_s: Annotated[float | None, Meta(
+        description="seconds since its last beat (null: none seen)")] = None
+    collectives: Annotated[dict[str, RankCollective] | None, Meta(
+        description="group name -> its last collectives there; null without Flight Recorder")] = None
+
+
+class WaitHop(Record):
+    """One hop of the wait-for graph: `ranks` wait in `op` of `group` for `on` (raydbg/gang/wait_for.py)."""
+
+    ranks: Annotated[list[int], Meta(description="the ranks that wait")] = []
+    group: Annotated[str | None, Meta(description="the process group (null: point-to-point)")] = None
+    group_label: Annotated[str, Meta(description="the group as shown (`world`, `group [0,1]`)")] = ""
+    op: Annotated[str, Meta(description="the collective or `send`/`recv`")] = ""
+    seq: Annotated[int | None, Meta(description="its sequence number in the group")] = None
+    kind: Annotated[str, Meta(description="`collective`, `mismatch`, `unknown` or `p2p`")] = ""
+    on: Annotated[list[int], Meta(description="the ranks they wait for")] = []
+    note: Annotated[str, Meta(description="why, where the kind needs it")] = ""
+
+
+class Deadlock(Record):
+    """A cycle of ranks waiting on each other."""
+
+    ranks: Annotated[list[int], Meta(description="the cycle, from its lowest rank")] = []
+    hops: Annotated[list[int], Meta(description="indexes of its hops in `waits`")] = []
+    all: Annotated[list[int], Meta(description="every rank of the cycle's component")] = []
+
+
+class Mismatch(Record):
+    """Ranks of one group that entered different collectives at one sequence number."""
+
+    group: Annotated[str | None, Meta(description="the process group")] = None
+    group_label: Annotated[str, Meta(description="the group as shown")] = ""
+    seq: Annotated[int | None, Meta(description="the sequence number")] = None
+    ops: Annotated[dict[str, list[int]], Meta(description="`op sizes` -> the ranks that entered it")] = {}
+    odd: Annotated[list[int], Meta(description="the ranks outside the majority")] = []
+
+
+class RunSummary(Record):
+    """One Train run of a stacks answer (`runs` of `GET /api/v1/stacks`, `raydbg stacks --run --json`)."""
+
+    run: Annotated[str, Meta(description="Train run name")] = ""
+    job_id: Annotated[str, Meta(description="Ray job id (hex)")] = ""
+    world_size: Annotated[int | None, Meta(description="Train world size")] = None
+    ranks: Annotated[list[RunRank], Meta(description="its ranks, by rank")] = []
+    held_by: Annotated[list[int], Meta(description="the ranks paused by raydbg (the others wait for them)")] = []
+    waiting: Annotated[list[int], Meta(description="ranks whose stack is in a collective")] = []
+    not_waiting: Annotated[list[int], Meta(description="ranks whose stack is not")] = []
+    collectives_seen: Annotated[list[int], Meta(description="ranks with Flight Recorder figures")] = []
+    waits: Annotated[list[WaitHop], Meta(description="the wait-for graph's hops")] = []
+    culprits: Annotated[list[int], Meta(
+        description="the graph's roots: ranks the others wait for that wait for nobody")] = []
+    deadlocks: Annotated[list[Deadlock], Meta(description="cycles")] = []
+    mismatches: Annotated[list[Mismatch], Meta(description="collectives the ranks disagree on")] = []
+    groups: Annotated[dict[str, str], Meta(description="process group name -> label")] = {}
+    chain: Annotated[list[str], Meta(description="who waits for whom, one hop a line, the culprits' place last")] = []
+    attempts: Annotated[list[dict[str, Any]], Meta(
+        description="Train's attempts of the run, oldest first (raydbg/telemetry/attempts.py)")] = []
+
+
+class StackError(Record):
+    """A worker or node whose stacks could not be taken."""
+
+    node_id: Annotated[str | None, Meta(description="its node (empty: the run as a whole)")] = None
+    pid: Annotated[int | UnsetType | None, Meta(description="the worker's pid, when one")] = UNSET
+    error: Annotated[str, Meta(description="what went wrong")] = ""
+
+
+# --- hang and straggler events (docs/hangs.md) -------------------------------------------------
+class ClassBrief(Record):
+    """The stack class a worker was in when an event was recorded."""
+
+    id: Annotated[str | None, Meta(description="class id")] = None
+    summary: Annotated[str | None, Meta(description="one line: where they are")] = None
+    count: Annotated[int | None, Meta(description="how many workers")] = None
+    total: Annotated[int | None, Meta(description="workers in the report")] = None
+    in_collective: Annotated[bool | None, Meta(description="waiting in a collective")] = None
+    frames: Annotated[list[StackFrame] | None, Meta(description="the stack, innermost first")] = None
+
+
+class HangRank(Record):
+    """A rank (or worker) of a hung run, as its last beat says."""
+
+    world_rank: Annotated[int | None, Meta(description="Train world rank (null: not a Train worker)")] = None
+    pid: Annotated[int | None, Meta(description="the worker's pid")] = None
+    node_id: Annotated[str | None, Meta(description="Ray node id (hex)")] = None
+    step: Annotated[int | None, Meta(description="its last step")] = None
+    last_progress_s: Annotated[float | None, Meta(description="seconds since its last beat")] = None
+
+
+class Culprit(Record):
+    """A rank the others wait for, with its stack class."""
+
+    world_rank: Annotated[int | None, Meta(description="Train world rank")] = None
+    node_id: Annotated[str | None, Meta(description="Ray node id (hex)")] = None
+    pid: Annotated[int | None, Meta(description="the worker's pid")] = None
+    stack_class: Annotated[ClassBrief | None, Meta(description="its stack class, if it was dumped")] = None
+
+
+class HangDetails(Record):
+    """`details` of `hang`: a run that made no progress (raydbg/gang/hang_service.py)."""
+
+    job_id: Annotated[str, Meta(description="Ray job id (hex)")] = ""
+    train_run: Annotated[str | None, Meta(description="Train run name (null: a job's raydbg.progress() workers)")] = None
+    world_size: Annotated[int | None, Meta(description="Train world size")] = None
+    stalled_for_s: Annotated[float, Meta(description="seconds without progress")] = 0.0
+    ranks: Annotated[list[HangRank], Meta(description="the ranks seen, by rank")] = []
+    classes: Annotated[list[StackClass], Meta(description="the run's stack classes")] = []
+    runs: Annotated[list[RunSummary], Meta(description="the run's summary (its stacks answer's runs)")] = []
+    errors: Annotated[list[StackError], Meta(description="workers whose stacks could not be taken")] = []
+    waits: Annotated[list[WaitHop], Meta(description="the wait-for graph's hops")] = []
+    culprits: Annotated[list[Culprit], Meta(description="the graph's roots, with their stack class")] = []
+    deadlocks: Annotated[list[Deadlock], Meta(description="cycles")] = []
+    mismatches: Annotated[list[Mismatch], Meta(description="collectives the ranks disagree on")] = []
+    chain: Annotated[list[str], Meta(description="who waits for whom, one hop a line")] = []
+
+
+class DataSplit(Record):
+    """Where a straggler's work went: its median data wait and compute against the others'."""
+
+    data_wait_s: Annotated[float, Meta(description="its median wait for data a step")] = 0.0
+    compute_s: Annotated[float, Meta(description="its median compute a step")] = 0.0
+    others_data_wait_s: Annotated[float, Meta(description="the others' median wait for data")] = 0.0
+    others_compute_s: Annotated[float, Meta(description="the others' median compute")] = 0.0
+
+
+class StragglerDetails(Record):
+    """`details` of `straggler`: a rank slower than the others step after step (raydbg/gang/stragglers.py)."""
+
+    job_id: Annotated[str, Meta(description="Ray job id (hex)")] = ""
+    train_run: Annotated[str, Meta(description="Train run name")] = ""
+    world_rank: Annotated[int | None, Meta(description="the straggler's world rank")] = None
+    world_size: Annotated[int | None, Meta(description="Train world size")] = None
+    node_id: Annotated[str | None, Meta(description="its node")] = None
+    pid: Annotated[int | None, Meta(description="its pid")] = None
+    factor: Annotated[float, Meta(description="the setting: x the others' median")] = 0.0
+    steps: Annotated[list[int], Meta(description="the steps judged")] = []
+    busy_s: Annotated[list[float], Meta(description="its work in each of them")] = []
+    others_median_s: Annotated[list[float], Meta(description="the others' median work in each")] = []
+    ratio: Annotated[float, Meta(description="median of its work over the others'")] = 0.0
+    others_waited_s: Annotated[list[float | None], Meta(description="the others' wait for it alone, per step")] = []
+    clock: Annotated[str | None, Meta(description="how its clock was lined up with the others'")] = None
+    data: Annotated[DataSplit | None, Meta(description="its data wait and compute (null without data marks)")] = None
+    stack_class: Annotated[ClassBrief | None, Meta(description="its stack class, sampled until it is alone in it")] = None
+    errors: Annotated[list[StackError], Meta(description="errors of the last sample")] = []
+
+
+# --- memory kills (docs/memory.md) -------------------------------------------------------------
+class KillCandidate(Record):
+    """A worker the memory monitor could kill, as it judged it."""
+
+    pid: Annotated[int | None, Meta(description="its pid")] = None
+    kind: Annotated[str, Meta(description="`task`, `actor` or `idle`")] = ""
+    name: Annotated[str, Meta(description="its task or actor name")] = ""
+    memory: Annotated[int, Meta(description="bytes freed if it dies (USS)")] = 0
+    gpu_memory: Annotated[int, Meta(description="GPU bytes it holds")] = 0
+    growth_bps: Annotated[int, Meta(description="its growth, bytes a second")] = 0
+    retriable: Annotated[bool | None, Meta(description="Ray would retry it")] = None
+    retries_left: Annotated[int | None, Meta(description="retries left (-1: infinite, null: unknown)")] = None
+    task_id: Annotated[str | None, Meta(description="Ray task id (hex)")] = None
+    actor_id: Annotated[str | None, Meta(description="actor id (hex)")] = None
+    job_id: Annotated[str | None, Meta(description="Ray job id (hex)")] = None
+    attempt: Annotated[int | None, Meta(description="the task's attempt")] = None
+    owner: Annotated[str | None, Meta(description="its caller (parent task or the actor's owner)")] = None
+    prior_kills: Annotated[int, Meta(description="how often raydbg already killed it")] = 0
+    expected_peak: Annotated[int, Meta(description="bytes it is expected to reach (0: unknown)")] = 0
+    peak_source: Annotated[str, Meta(description="`learned`, `reservation` or `unknown`")] = "unknown"
+
+
+class KillVictim(KillCandidate):
+    """The worker killed: a KillCandidate, with why, and `expected_peak` what its next attempt is
+    expected to need (at least what it had)."""
+
+    reason: Annotated[str, Meta(description="why this one")] = ""
+
+
+class TopConsumer(Record):
+    """A process among the node's largest."""
+
+    pid: Annotated[int | None, Meta(description="its pid")] = None
+    name: Annotated[str, Meta(description="its name")] = ""
+    memory: Annotated[int, Meta(description="private bytes (USS or RssAnon)")] = 0
+    rss: Annotated[int, Meta(description="resident bytes")] = 0
+
+
+class MemoryKillDetails(Record):
+    """`details` of `memory.kill` and `memory.dry-run` (raydbg/memory/events.py)."""
+
+    round: Annotated[str, Meta(description="the monitor round's id")] = ""
+    mode: Annotated[str, Meta(description="the monitor's mode")] = ""
+    trigger: Annotated[str | None, Meta(description="`threshold`, `min-free` or `trend`")] = None
+    used: Annotated[int, Meta(description="node bytes used")] = 0
+    limit: Annotated[int, Meta(description="node bytes it may use")] = 0
+    fraction: Annotated[float, Meta(description="used / limit")] = 0.0
+    source: Annotated[str, Meta(description="where `used` was read (`cgroup`, `meminfo`, ...)")] = ""
+    cgroup: Annotated[str, Meta(description="the cgroup path, when read there")] = ""
+    psi: Annotated[dict[str, float], Meta(description="memory pressure (PSI), when read")] = {}
+    threshold: Annotated[float, Meta(description="the threshold, a fraction of the limit")] = 0.0
+    threshold_bytes: Annotated[int, Meta(description="the threshold in bytes")] = 0
+    target_bytes: Annotated[int, Meta(description="what the kill brings the node back under")] = 0
+    need: Annotated[int, Meta(description="bytes to free")] = 0
+    growth_bps: Annotated[int, Meta(description="the node's growth, bytes a second")] = 0
+    reaction_s: Annotated[float, Meta(description="threshold crossing to kill, seconds")] = 0.0
+    victim: Annotated[KillVictim | None, Meta(description="the worker killed")] = None
+    candidates: Annotated[list[KillCandidate], Meta(description="the preference order (first 50)")] = []
+    top_consumers: Annotated[list[TopConsumer], Meta(description="the node's largest processes")] = []
+    decision: Annotated[str, Meta(description="the policy's explanation")] = ""
+
+
+# --- step times (`raydbg steps`) ---------------------------------------------------------------
+class StepsRank(Record):
+    """One rank of a StepsRun: its recent steps, oldest first."""
+
+    world_rank: Annotated[int, Meta(description="Train world rank")]
+    node_id: Annotated[str | None, Meta(description="Ray node id (hex)")] = None
+    pid: Annotated[int | None, Meta(description="its pid")] = None
+    step: Annotated[int | None, Meta(description="its last step count")] = None
+    last_progress_s: Annotated[float, Meta(description="seconds since its last beat")] = 0.0
+    steps: Annotated[list[int], Meta(description="the recent steps' numbers")] = []
+    busy_s: Annotated[list[float | None], Meta(description="work per step (outside waits at collectives)")] = []
+    wait_s: Annotated[list[float | None], Meta(description="waited for others per step")] = []
+    late_s: Annotated[list[float | None], Meta(description="others waited for it alone per step")] = []
+    data_s: Annotated[list[float | None], Meta(description="waited for data per step")] = []
+    busy_median_s: Annotated[float | None, Meta(description="median of `busy_s`")] = None
+    wait_median_s: Annotated[float | None, Meta(description="median of `wait_s`")] = None
+    late_median_s: Annotated[float | None, Meta(description="median of `late_s`")] = None
+    data_median_s: Annotated[float | None, Meta(description="median of `data_s`")] = None
+    clock: Annotated[str | None, Meta(description="how its clock was lined up with the others'")] = None
+    straggler: Annotated[bool, Meta(description="it straggles now")] = False
+
+
+class StepsRun(Record):
+    """One Train run of `GET /api/v1/steps` (`runs`; `raydbg steps --json`)."""
+
+    job_id: Annotated[str, Meta(description="Ray job id (hex)")] = ""
+    train_run: Annotated[str, Meta(description="Train run name")] = ""
+    ranks: Annotated[list[StepsRank], Meta(description="its ranks, by rank")] = []
+    stragglers: Annotated[list[int], Meta(description="the ranks that straggle")] = []
+    factor: Annotated[float, Meta(description="the setting: x the others' median")] = 0.0
+    steps: Annotated[int, Meta(description="the setting: steps in a row")] = 0
+
+
+# Each event kind's typed `details` (checked where written and where read; registry.record_event).
+EVENT_DETAILS: dict[str, type[Record]] = {
+    "session.timeout": SessionEventDetails,
+    "agent.collected": AgentCollectedDetails,
+    "hang": HangDetails,
+    "straggler": StragglerDetails,
+    "memory.kill": MemoryKillDetails,
+    "memory.dry-run": MemoryKillDetails,
+    "monitor.failed": MonitorFailedDetails,
+}
+
+
 # The records whose tables and TypeScript types are generated, in the docs' order.
 DOCUMENTED: tuple[type[Record], ...] = (
     SessionRecord, ExceptionInfo, SnapshotFrame,
     Event, SessionEventDetails, UnreadableSessionDetails, AgentCollectedDetails, MonitorFailedDetails,
     AgentRecord, NodeMemory, MonitorState, GatewayRecord, ProgressBeat, PauseAnswer,
     WorkerStacks, ThreadStack, StackFrame, StackClass, StackMember,
+    RunSummary, RunRank, RankCollective, WaitHop, Deadlock, Mismatch, StackError,
+    HangDetails, HangRank, Culprit, ClassBrief, StragglerDetails, DataSplit,
+    MemoryKillDetails, KillVictim, KillCandidate, TopConsumer,
+    StepsRun, StepsRank,
 )
 
 

@@ -15,7 +15,7 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from raydbg.record_rules import ID_PATTERN, MAX_LONG_TEXT, MAX_PID, MAX_RECORD_BYTES, MAX_TEXT
+from raydbg.record_rules import CUT_NOTE, ID_PATTERN, MAX_LONG_TEXT, MAX_PID, MAX_RECORD_BYTES, MAX_TEXT
 
 if TYPE_CHECKING:
     from raydbg.schema import Record
@@ -111,7 +111,23 @@ def record(kind: str, key_suffix: str | None, raw: bytes) -> dict[str, Any]:
     field = KEY_FIELD.get(kind)
     if field and key_suffix is not None and rec[field] != key_suffix:
         raise Malformed(f"{field} {rec[field]!r} does not match its key")
+    if kind == "event" and CUT_NOTE.encode() not in raw:  # a cut record's markers stand in its lists
+        event_details(rec["kind"], rec["details"])
     return rec
+
+
+def event_details(kind: str, details: Any) -> dict[str, Any]:
+    """An event's `details` as they are, checked against its kind's struct (schema.EVENT_DETAILS;
+    a kind without one: any object); Malformed, in one line, when they are not."""
+    from raydbg import schema
+
+    cls = schema.EVENT_DETAILS.get(kind)
+    if cls is None:
+        return obj(details)
+    try:
+        return check(cls, details, fill=False)
+    except Malformed as exc:
+        raise Malformed(f"{kind} details: {exc}") from None
 
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\\]")

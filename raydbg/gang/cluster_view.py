@@ -128,6 +128,7 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
     summaries = attempts.summarize(records)
     for r in runs:
         r["attempts"] = attempts.attempts_of(summaries, r["run"], r["job_id"])
+        validate.check(schema.RunSummary, r, fill=False)  # what it writes, as clients read it
     return {
         "workers": workers,
         "classes": stack_classes.group(dumped),

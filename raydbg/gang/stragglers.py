@@ -207,7 +207,10 @@ def message(found: dict[str, Any]) -> str:
 def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = None, run: str | None = None,
                settings: Settings | None = None) -> list[dict[str, Any]]:
     """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent steps: work
-    (`busy_s`), waited for others (`wait_s`), others waited for it (`late_s`), data wait (`data_s`)."""
+    (`busy_s`), waited for others (`wait_s`), others waited for it (`late_s`), data wait (`data_s`).
+    Each run a schema.StepsRun."""
+    from raydbg import schema, validate
+
     settings = settings or Settings.from_env()
     out = []
     for (job_id, name), ranks in sorted(train_ranks(beats).items()):
@@ -227,6 +230,7 @@ def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = No
                          "step": rec.get("step"), "last_progress_s": round(max(0.0, now - float(rec.get("ts", 0))), 1),
                          "steps": order, **lists, **{f"{k[:-2]}_median_s": _median(v) for k, v in lists.items()},
                          "clock": st.clock, "straggler": rank in slow})
-        out.append({"job_id": job_id, "train_run": name, "ranks": rows,
-                    "stragglers": sorted(slow), "factor": settings.factor, "steps": settings.steps})
+        out.append(validate.check(schema.StepsRun, {"job_id": job_id, "train_run": name, "ranks": rows,
+                                                     "stragglers": sorted(slow), "factor": settings.factor,
+                                                     "steps": settings.steps}, fill=False))
     return out

@@ -31,7 +31,7 @@ from typing import Any
 
 import msgspec
 
-from raydbg import private_dir, schema
+from raydbg import private_dir, schema, validate
 from raydbg.memory import node_files
 from raydbg.memory.killer import Killable, Killer, find_raylet
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
@@ -94,6 +94,7 @@ class Recorder:
         # Same record (checked against the one Event struct) and key as registry.put_event,
         # with the id the monitor chose.
         checked = msgspec.convert(event, schema.Event)
+        validate.event_details(checked.kind, checked.details)  # a MemoryKillDetails (schema.EVENT_DETAILS)
         key = f"{self.registry.EVENT}{int(checked.ts * 1000):015d}-{checked.id}"
         self.registry.put(key, msgspec.to_builtins(checked))
 

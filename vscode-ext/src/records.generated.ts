@@ -351,3 +351,423 @@ export interface StackMember {
   /** its Train world rank */
   world_rank: number | null;
 }
+
+/** One Train run of a stacks answer (`runs` of `GET /api/v1/stacks`, `raydbg stacks --run --json`). */
+export interface RunSummary {
+  /** Train run name */
+  run: string;
+  /** Ray job id (hex) */
+  job_id: string;
+  /** Train world size */
+  world_size: number | null;
+  /** its ranks, by rank */
+  ranks: RunRank[];
+  /** the ranks paused by raydbg (the others wait for them) */
+  held_by: number[];
+  /** ranks whose stack is in a collective */
+  waiting: number[];
+  /** ranks whose stack is not */
+  not_waiting: number[];
+  /** ranks with Flight Recorder figures */
+  collectives_seen: number[];
+  /** the wait-for graph's hops */
+  waits: WaitHop[];
+  /** the graph's roots: ranks the others wait for that wait for nobody */
+  culprits: number[];
+  /** cycles */
+  deadlocks: Deadlock[];
+  /** collectives the ranks disagree on */
+  mismatches: Mismatch[];
+  /** process group name -> label */
+  groups: Record<string, string>;
+  /** who waits for whom, one hop a line, the culprits' place last */
+  chain: string[];
+  /** Train's attempts of the run, oldest first (raydbg/telemetry/attempts.py) */
+  attempts: Record<string, unknown>[];
+}
+
+/** One rank of a RunSummary. */
+export interface RunRank {
+  /** Train world rank */
+  world_rank: number;
+  /** Train local rank */
+  local_rank: number | null;
+  /** Ray node id (hex) */
+  node_id: string | null;
+  /** the worker's pid */
+  pid: number | null;
+  /** `paused` (by raydbg), `held` (another rank is paused) or `running` */
+  state: string;
+  /** its sessions */
+  session_ids: string[];
+  /** its StackClass's id */
+  class_id: string | null;
+  /** seconds since its last beat (null: none seen) */
+  last_progress_s: number | null;
+  /** group name -> its last collectives there; null without Flight Recorder */
+  collectives: Record<string, RankCollective> | null;
+}
+
+/** A rank's last collectives in one process group (Flight Recorder), its recent list left out. */
+export interface RankCollective {
+  /** the group's label (`world`, `group [2,3]`) */
+  label: string;
+  /** the last collective it entered (`op`, `seq`, `sizes`, `since_s`, ...) */
+  started: Record<string, unknown> | null;
+  /** the last one it completed */
+  completed: Record<string, unknown> | null;
+}
+
+/** One hop of the wait-for graph: `ranks` wait in `op` of `group` for `on` (raydbg/gang/wait_for.py). */
+export interface WaitHop {
+  /** the ranks that wait */
+  ranks: number[];
+  /** the process group (null: point-to-point) */
+  group: string | null;
+  /** the group as shown (`world`, `group [0,1]`) */
+  group_label: string;
+  /** the collective or `send`/`recv` */
+  op: string;
+  /** its sequence number in the group */
+  seq: number | null;
+  /** `collective`, `mismatch`, `unknown` or `p2p` */
+  kind: string;
+  /** the ranks they wait for */
+  on: number[];
+  /** why, where the kind needs it */
+  note: string;
+}
+
+/** A cycle of ranks waiting on each other. */
+export interface Deadlock {
+  /** the cycle, from its lowest rank */
+  ranks: number[];
+  /** indexes of its hops in `waits` */
+  hops: number[];
+  /** every rank of the cycle's component */
+  all: number[];
+}
+
+/** Ranks of one group that entered different collectives at one sequence number. */
+export interface Mismatch {
+  /** the process group */
+  group: string | null;
+  /** the group as shown */
+  group_label: string;
+  /** the sequence number */
+  seq: number | null;
+  /** `op sizes` -> the ranks that entered it */
+  ops: Record<string, number[]>;
+  /** the ranks outside the majority */
+  odd: number[];
+}
+
+/** A worker or node whose stacks could not be taken. */
+export interface StackError {
+  /** its node (empty: the run as a whole) */
+  node_id: string | null;
+  /** the worker's pid, when one */
+  pid?: number | null;
+  /** what went wrong */
+  error: string;
+}
+
+/** `details` of `hang`: a run that made no progress (raydbg/gang/hang_service.py). */
+export interface HangDetails {
+  /** Ray job id (hex) */
+  job_id: string;
+  /** Train run name (null: a job's raydbg.progress() workers) */
+  train_run: string | null;
+  /** Train world size */
+  world_size: number | null;
+  /** seconds without progress */
+  stalled_for_s: number;
+  /** the ranks seen, by rank */
+  ranks: HangRank[];
+  /** the run's stack classes */
+  classes: StackClass[];
+  /** the run's summary (its stacks answer's runs) */
+  runs: RunSummary[];
+  /** workers whose stacks could not be taken */
+  errors: StackError[];
+  /** the wait-for graph's hops */
+  waits: WaitHop[];
+  /** the graph's roots, with their stack class */
+  culprits: Culprit[];
+  /** cycles */
+  deadlocks: Deadlock[];
+  /** collectives the ranks disagree on */
+  mismatches: Mismatch[];
+  /** who waits for whom, one hop a line */
+  chain: string[];
+}
+
+/** A rank (or worker) of a hung run, as its last beat says. */
+export interface HangRank {
+  /** Train world rank (null: not a Train worker) */
+  world_rank: number | null;
+  /** the worker's pid */
+  pid: number | null;
+  /** Ray node id (hex) */
+  node_id: string | null;
+  /** its last step */
+  step: number | null;
+  /** seconds since its last beat */
+  last_progress_s: number | null;
+}
+
+/** A rank the others wait for, with its stack class. */
+export interface Culprit {
+  /** Train world rank */
+  world_rank: number | null;
+  /** Ray node id (hex) */
+  node_id: string | null;
+  /** the worker's pid */
+  pid: number | null;
+  /** its stack class, if it was dumped */
+  stack_class: ClassBrief | null;
+}
+
+/** The stack class a worker was in when an event was recorded. */
+export interface ClassBrief {
+  /** class id */
+  id: string | null;
+  /** one line: where they are */
+  summary: string | null;
+  /** how many workers */
+  count: number | null;
+  /** workers in the report */
+  total: number | null;
+  /** waiting in a collective */
+  in_collective: boolean | null;
+  /** the stack, innermost first */
+  frames: StackFrame[] | null;
+}
+
+/** `details` of `straggler`: a rank slower than the others step after step (raydbg/gang/stragglers.py). */
+export interface StragglerDetails {
+  /** Ray job id (hex) */
+  job_id: string;
+  /** Train run name */
+  train_run: string;
+  /** the straggler's world rank */
+  world_rank: number | null;
+  /** Train world size */
+  world_size: number | null;
+  /** its node */
+  node_id: string | null;
+  /** its pid */
+  pid: number | null;
+  /** the setting: x the others' median */
+  factor: number;
+  /** the steps judged */
+  steps: number[];
+  /** its work in each of them */
+  busy_s: number[];
+  /** the others' median work in each */
+  others_median_s: number[];
+  /** median of its work over the others' */
+  ratio: number;
+  /** the others' wait for it alone, per step */
+  others_waited_s: (number | null)[];
+  /** how its clock was lined up with the others' */
+  clock: string | null;
+  /** its data wait and compute (null without data marks) */
+  data: DataSplit | null;
+  /** its stack class, sampled until it is alone in it */
+  stack_class: ClassBrief | null;
+  /** errors of the last sample */
+  errors: StackError[];
+}
+
+/** Where a straggler's work went: its median data wait and compute against the others'. */
+export interface DataSplit {
+  /** its median wait for data a step */
+  data_wait_s: number;
+  /** its median compute a step */
+  compute_s: number;
+  /** the others' median wait for data */
+  others_data_wait_s: number;
+  /** the others' median compute */
+  others_compute_s: number;
+}
+
+/** `details` of `memory.kill` and `memory.dry-run` (raydbg/memory/events.py). */
+export interface MemoryKillDetails {
+  /** the monitor round's id */
+  round: string;
+  /** the monitor's mode */
+  mode: string;
+  /** `threshold`, `min-free` or `trend` */
+  trigger: string | null;
+  /** node bytes used */
+  used: number;
+  /** node bytes it may use */
+  limit: number;
+  /** used / limit */
+  fraction: number;
+  /** where `used` was read (`cgroup`, `meminfo`, ...) */
+  source: string;
+  /** the cgroup path, when read there */
+  cgroup: string;
+  /** memory pressure (PSI), when read */
+  psi: Record<string, number>;
+  /** the threshold, a fraction of the limit */
+  threshold: number;
+  /** the threshold in bytes */
+  threshold_bytes: number;
+  /** what the kill brings the node back under */
+  target_bytes: number;
+  /** bytes to free */
+  need: number;
+  /** the node's growth, bytes a second */
+  growth_bps: number;
+  /** threshold crossing to kill, seconds */
+  reaction_s: number;
+  /** the worker killed */
+  victim: KillVictim | null;
+  /** the preference order (first 50) */
+  candidates: KillCandidate[];
+  /** the node's largest processes */
+  top_consumers: TopConsumer[];
+  /** the policy's explanation */
+  decision: string;
+}
+
+/** The worker killed: a KillCandidate, with why, and `expected_peak` what its next attempt is expected to need (at least what it had). */
+export interface KillVictim {
+  /** its pid */
+  pid: number | null;
+  /** `task`, `actor` or `idle` */
+  kind: string;
+  /** its task or actor name */
+  name: string;
+  /** bytes freed if it dies (USS) */
+  memory: number;
+  /** GPU bytes it holds */
+  gpu_memory: number;
+  /** its growth, bytes a second */
+  growth_bps: number;
+  /** Ray would retry it */
+  retriable: boolean | null;
+  /** retries left (-1: infinite, null: unknown) */
+  retries_left: number | null;
+  /** Ray task id (hex) */
+  task_id: string | null;
+  /** actor id (hex) */
+  actor_id: string | null;
+  /** Ray job id (hex) */
+  job_id: string | null;
+  /** the task's attempt */
+  attempt: number | null;
+  /** its caller (parent task or the actor's owner) */
+  owner: string | null;
+  /** how often raydbg already killed it */
+  prior_kills: number;
+  /** bytes it is expected to reach (0: unknown) */
+  expected_peak: number;
+  /** `learned`, `reservation` or `unknown` */
+  peak_source: string;
+  /** why this one */
+  reason: string;
+}
+
+/** A worker the memory monitor could kill, as it judged it. */
+export interface KillCandidate {
+  /** its pid */
+  pid: number | null;
+  /** `task`, `actor` or `idle` */
+  kind: string;
+  /** its task or actor name */
+  name: string;
+  /** bytes freed if it dies (USS) */
+  memory: number;
+  /** GPU bytes it holds */
+  gpu_memory: number;
+  /** its growth, bytes a second */
+  growth_bps: number;
+  /** Ray would retry it */
+  retriable: boolean | null;
+  /** retries left (-1: infinite, null: unknown) */
+  retries_left: number | null;
+  /** Ray task id (hex) */
+  task_id: string | null;
+  /** actor id (hex) */
+  actor_id: string | null;
+  /** Ray job id (hex) */
+  job_id: string | null;
+  /** the task's attempt */
+  attempt: number | null;
+  /** its caller (parent task or the actor's owner) */
+  owner: string | null;
+  /** how often raydbg already killed it */
+  prior_kills: number;
+  /** bytes it is expected to reach (0: unknown) */
+  expected_peak: number;
+  /** `learned`, `reservation` or `unknown` */
+  peak_source: string;
+}
+
+/** A process among the node's largest. */
+export interface TopConsumer {
+  /** its pid */
+  pid: number | null;
+  /** its name */
+  name: string;
+  /** private bytes (USS or RssAnon) */
+  memory: number;
+  /** resident bytes */
+  rss: number;
+}
+
+/** One Train run of `GET /api/v1/steps` (`runs`; `raydbg steps --json`). */
+export interface StepsRun {
+  /** Ray job id (hex) */
+  job_id: string;
+  /** Train run name */
+  train_run: string;
+  /** its ranks, by rank */
+  ranks: StepsRank[];
+  /** the ranks that straggle */
+  stragglers: number[];
+  /** the setting: x the others' median */
+  factor: number;
+  /** the setting: steps in a row */
+  steps: number;
+}
+
+/** One rank of a StepsRun: its recent steps, oldest first. */
+export interface StepsRank {
+  /** Train world rank */
+  world_rank: number;
+  /** Ray node id (hex) */
+  node_id: string | null;
+  /** its pid */
+  pid: number | null;
+  /** its last step count */
+  step: number | null;
+  /** seconds since its last beat */
+  last_progress_s: number;
+  /** the recent steps' numbers */
+  steps: number[];
+  /** work per step (outside waits at collectives) */
+  busy_s: (number | null)[];
+  /** waited for others per step */
+  wait_s: (number | null)[];
+  /** others waited for it alone per step */
+  late_s: (number | null)[];
+  /** waited for data per step */
+  data_s: (number | null)[];
+  /** median of `busy_s` */
+  busy_median_s: number | null;
+  /** median of `wait_s` */
+  wait_median_s: number | null;
+  /** median of `late_s` */
+  late_median_s: number | null;
+  /** median of `data_s` */
+  data_median_s: number | null;
+  /** how its clock was lined up with the others' */
+  clock: string | null;
+  /** it straggles now */
+  straggler: boolean;
+}
