@@ -18,6 +18,7 @@ from typing import Any
 
 from raydbg.record_rules import CUT_NOTE as NOTE
 from raydbg.validate import MAX_RECORD_BYTES
+
 MARKER_KEY = "..."
 FLOOR = 128  # encoded bytes a cut part keeps at least
 _ROUNDS = 8

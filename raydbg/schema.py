@@ -472,8 +472,7 @@ class StragglerDetails(Record):
     train_run: Annotated[str, Meta(description="Train run name")] = ""
     world_rank: Annotated[int | None, Meta(description="the straggler's world rank")] = None
     world_size: Annotated[int | None, Meta(description="Train world size")] = None
-    node_id: Annotated[str | None, Meta(description="its node")] = None
-    pid: Annotated[int | None, Meta(description="its pid")] = None
+    pid: Annotated[int | None, Meta(description="its pid (its node: the event's `node_id`)")] = None
     factor: Annotated[float, Meta(description="the setting: x the others' median")] = 0.0
     steps: Annotated[list[int], Meta(description="the steps judged")] = []
     busy_s: Annotated[list[float], Meta(description="its work in each of them")] = []

@@ -15,7 +15,14 @@ import math
 import re
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from raydbg.record_rules import CUT_NOTE, ID_PATTERN, MAX_LONG_TEXT, MAX_PID, MAX_RECORD_BYTES, MAX_TEXT
+from raydbg.record_rules import (
+    CUT_NOTE,
+    ID_PATTERN,
+    MAX_LONG_TEXT,
+    MAX_PID,
+    MAX_RECORD_BYTES,
+    MAX_TEXT,
+)
 
 if TYPE_CHECKING:
     from raydbg.schema import Record

@@ -362,7 +362,7 @@ async def no_stacks(**kw):
 
 cluster_view.cluster_stacks = no_stacks  # the stacks part needs Ray; the event carries the error
 server = type("Server", (), {{"token": "t", "node_id": "n1"}})()
-found = {{"job_id": "01000000", "train_run": "run-a", "stalled_for_s": 301.0, "ranks": [0, 1]}}
+found = {{"job_id": "01000000", "train_run": "run-a", "stalled_for_s": 301.0, "ranks": [{{"world_rank": 0}}, {{"world_rank": 1}}]}}
 ev = asyncio.run(hang_service.record(server, found))
 assert ev["kind"] == "hang" and ev["details"]["errors"], ev
 sys.stdout.write(prometheus_text(node=False).decode())

@@ -554,9 +554,7 @@ export interface StragglerDetails {
   world_rank: number | null;
   /** Train world size */
   world_size: number | null;
-  /** its node */
-  node_id: string | null;
-  /** its pid */
+  /** its pid (its node: the event's `node_id`) */
   pid: number | null;
   /** the setting: x the others' median */
   factor: number;
