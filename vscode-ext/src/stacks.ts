@@ -6,33 +6,23 @@
  * `held_by` the paused ranks; a StackClass has the one-line `summary` shown in the tree.
  */
 import { int, isObj, num, str } from "./fields";
+import type { RunRank, RunSummary } from "./records.generated";
 
-export interface RankStacks {
-  world_rank: number;
-  local_rank: number | null;
-  node_id: string | null;
-  pid: number | null;
-  state: string;
+/** A RunSummary's rank (the generated wire type), with its class's summary and collective said. */
+export interface RankStacks extends Pick<RunRank, "world_rank" | "local_rank" | "node_id" | "pid" | "state" | "last_progress_s"> {
   /** The rank's stack class, one line (e.g. `all_reduce <- train_step train.py:104`). */
   summary: string | null;
-  last_progress_s: number | null;
   /** Its stack is in a collective (the run's `waiting`), whatever Flight Recorder says. */
   waiting: boolean;
   /** From Flight Recorder: `in all_reduce #12`, `after broadcast #3 (pg1)`; null without it. */
   collective: string | null;
 }
 
-export interface RunStacks {
-  run: string;
+/** A RunSummary (the generated wire type) as the view holds it. */
+export interface RunStacks extends Pick<RunSummary, "run" | "world_size" | "held_by" | "culprits" | "chain"> {
   job_id: string | null;
-  world_size: number | null;
-  held_by: number[];
-  /** The wait-for graph's roots: ranks the others wait for that wait for nobody. */
-  culprits: number[];
-  /** Cycles of ranks waiting on each other (deadlocks), each from its lowest rank. */
+  /** Cycles of ranks waiting on each other (deadlocks: each Deadlock's `ranks`), each from its lowest rank. */
   deadlocks: number[][];
-  /** Who waits for whom, one hop a line, the culprits' place last (raydbg/gang/wait_for.chain). */
-  chain: string[];
   ranks: RankStacks[];
 }
 

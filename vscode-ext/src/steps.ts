@@ -8,26 +8,20 @@
  * so it is also how the view finds Train runs with nothing paused.
  */
 import { int, isObj, num, str } from "./fields";
+import type { StepsRank, StepsRun } from "./records.generated";
 import { runKey } from "./runStacks";
 
-export interface RankSteps {
-  world_rank: number;
-  node_id: string | null;
-  pid: number | null;
-  step: number | null;
-  /** Median seconds a step spent working / waiting in collectives, over the recent steps. */
-  busy_median_s: number | null;
-  wait_median_s: number | null;
+/** A StepsRank (the generated wire type) as the view holds it: what it shows. */
+export interface RankSteps
+  extends Pick<StepsRank, "world_rank" | "node_id" | "pid" | "step" | "busy_median_s" | "wait_median_s" | "straggler"> {
   last_progress_s: number | null;
-  straggler: boolean;
 }
 
-export interface RunSteps {
-  job_id: string;
+/** A StepsRun (the generated wire type) as the view holds it. */
+export interface RunSteps extends Pick<StepsRun, "job_id" | "stragglers"> {
   run: string;
   /** How many times the others' median a straggler's work is (the gateway's setting). */
   factor: number | null;
-  stragglers: number[];
   ranks: RankSteps[];
 }
 
