@@ -120,6 +120,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"    cannot pause workers here: {agent['private_dir']}")
         if agent.get("metrics_url"):
             print(f"    metrics: {agent['metrics_url']} (bearer token: the same as for raydbg clients)")
+    if "history" in status:  # an older gateway's answer has no such field
+        from raydbg.history.writer import status_line
+
+        print(status_line(status["history"]))
     for line in versions.notes(status):  # versions that differ, what the cluster's Ray lacks
         print(line)
     return 0
@@ -368,8 +372,15 @@ def _register_breakpoints(sub: Any) -> None:
     register(sub)
 
 
+def _register_history(sub: Any) -> None:
+    from raydbg.commands.history import register  # history [show|report]
+
+    register(sub)
+
+
 REGISTRARS: list[Registrar] = [_register_core, _register_telemetry, _register_tui, _register_continue,
-                               _register_stacks, _register_steps, _register_pause, _register_breakpoints]
+                               _register_stacks, _register_steps, _register_pause, _register_breakpoints,
+                               _register_history]
 
 
 class _VersionAction(argparse.Action):

@@ -320,12 +320,42 @@ class StackClass(Record):
     frames: Annotated[list[StackFrame], Meta(description="the stack, innermost first")] = []
 
 
+# --- history (docs/history.md) -------------------------------------------------------------------
+HistoryKind = Literal["job", "node", "event", "attempt", "steps", "memory", "span", "gap"]
+
+
+class HistoryEntry(Record):
+    """One line of a job's record (`<RAYDBG_HISTORY>/<job>/seg-*.jsonl`), appended as it happens."""
+
+    ts: Annotated[float, Meta(description="epoch seconds")]
+    kind: Annotated[HistoryKind, Meta(
+        description="`job` (versions), `node` (a node's agent), `event` (an Event, session lifecycles "
+                    "included), `attempt` (a Train attempt), `steps` (a rank's step times, downsampled), "
+                    "`memory` (a node's memory), `span` (an embedded telemetry span), `gap` (lines the "
+                    "writer dropped)")]
+    job_id: Annotated[Text, Meta(description="Ray job id (hex)")] = ""
+    data: Annotated[dict[str, Any], Meta(description="the kind's fields (docs/history.md)")] = {}
+
+
+class HistoryManifest(Record):
+    """A job's summary (`<RAYDBG_HISTORY>/<job>/manifest.json`), rewritten by its writer: a hint for
+    listings; the segments are the record."""
+
+    job_id: Annotated[Text, Meta(description="Ray job id (hex)")]
+    first_ts: Annotated[float, Meta(description="epoch seconds of its first entry")] = 0.0
+    last_ts: Annotated[float, Meta(description="epoch seconds of its last entry")] = 0.0
+    runs: Annotated[list[str], Meta(description="its Ray Train runs (names)")] = []
+    counts: Annotated[dict[str, int], Meta(description="entries per kind")] = {}
+    version: Annotated[ShortText, Meta(description="raydbg version of the writer")] = ""
+
+
 # The records whose tables and TypeScript types are generated, in the docs' order.
 DOCUMENTED: tuple[type[Record], ...] = (
     SessionRecord, ExceptionInfo, SnapshotFrame,
     Event, SessionEventDetails, UnreadableSessionDetails, AgentCollectedDetails, MonitorFailedDetails,
     AgentRecord, NodeMemory, MonitorState, GatewayRecord, ProgressBeat, PauseAnswer,
     WorkerStacks, ThreadStack, StackFrame, StackClass, StackMember,
+    HistoryEntry, HistoryManifest,
 )
 
 
