@@ -83,13 +83,13 @@ class Recorder:
             self.seen[key] = None
             if len(self.seen) > _SEEN_MAX:
                 self.seen.popitem(last=False)
-            ev = registry.get(key)
-            if ev is not None:
-                self._to(self.job_of(ev, old_sessions), "event", ev, now, ev.get("ts"))
+            found = registry.get(key)
+            if found is not None:
+                self._to(self.job_of(found, old_sessions), "event", found, now, found.get("ts"))
 
     def job_of(self, ev: dict[str, Any], old_sessions: dict[str, dict[str, Any]]) -> str | None:
         d = ev.get("details") or {}
-        victim = d.get("victim") if isinstance(d.get("victim"), dict) else {}
+        victim: dict[str, Any] = d["victim"] if isinstance(d.get("victim"), dict) else {}
         session = self.sessions.get(str(d.get("session"))) or old_sessions.get(str(d.get("session"))) or {}
         return d.get("job_id") or victim.get("job_id") or session.get("job_id") or None
 
