@@ -110,6 +110,7 @@ class Recorder:
                                            "pid": b.get("pid"), "step": max(new), "steps": len(new),
                                            "busy_s": round(statistics.median(new.values()), 4),
                                            "max_s": round(max(new.values()), 4)}, now)
+        await asyncio.to_thread(self.train_attempts, now)  # before the nodes: a run's job is active then
         for a in await asyncio.to_thread(registry.agents):
             node = a.get("node_id") or ""
             mem = a.get("memory") or {}
@@ -121,7 +122,6 @@ class Recorder:
                     self.nodes.add((job, node))
                     self.out.add(job, "node", {k: a.get(k) for k in ("node_id", "node_ip", "is_head", "version",
                                                                      "ray", "python", "started_by")})
-        await asyncio.to_thread(self.train_attempts, now)
         for span in await asyncio.to_thread(self.spans.new_spans):
             self._to(spans.job_of(span) or None, "span", span, now, span.get("end"))
 
