@@ -325,7 +325,7 @@ HistoryKind = Literal["job", "node", "event", "attempt", "steps", "memory", "spa
 
 
 class HistoryEntry(Record):
-    """One line of a job's record (`<RAYDBG_HISTORY>/<job>/seg-*.jsonl`), appended as it happens."""
+    """One line of a job's record (`<RAYDBG_HISTORY>/<record>/seg-*.jsonl`), appended as it happens."""
 
     ts: Annotated[float, Meta(description="epoch seconds")]
     kind: Annotated[HistoryKind, Meta(
@@ -338,10 +338,12 @@ class HistoryEntry(Record):
 
 
 class HistoryManifest(Record):
-    """A job's summary (`<RAYDBG_HISTORY>/<job>/manifest.json`), rewritten by its writer: a hint for
+    """A job's summary (`<RAYDBG_HISTORY>/<record>/manifest.json`), rewritten by its writer: a hint for
     listings; the segments are the record."""
 
     job_id: Annotated[Text, Meta(description="Ray job id (hex)")]
+    record: Annotated[Text, Meta(
+        description="the record's folder: `<job id>-<the Ray session's time>` (every cluster's first job is 01000000)")] = ""
     first_ts: Annotated[float, Meta(description="epoch seconds of its first entry")] = 0.0
     last_ts: Annotated[float, Meta(description="epoch seconds of its last entry")] = 0.0
     runs: Annotated[list[str], Meta(description="its Ray Train runs (names)")] = []

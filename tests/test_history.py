@@ -319,3 +319,14 @@ def test_another_user_cannot_read_plant_or_swap_in_the_default_place(tmp_path: P
     assert [m["job_id"] for m in reader.jobs(store.open_store())] == [JOB]
     with pytest.raises(OSError, match="not a plain directory"):
         reader.load(store.open_store(), "05000000")
+
+
+def test_the_same_job_id_in_two_clusters_is_two_records_newest_first(tmp_path: Path) -> None:
+    s = store.open_store(str(tmp_path / "h"))
+    w = writer.HistoryWriter(s)
+    w.add("01000000", "memory", {"node_id": "n", "used": 1, "limit": 2}, time.time() - 100, record="01000000-day1")
+    w.add("01000000", "memory", {"node_id": "n", "used": 5, "limit": 6}, time.time() - 10, record="01000000-day2")
+    assert w.flush()
+    assert [(m["record"], m["job_id"]) for m in reader.jobs(s)] == [("01000000-day2", "01000000"),
+                                                                     ("01000000-day1", "01000000")]
+    assert reader.resolve(s, "01000000") == "01000000-day2" and reader.resolve(s, "01000000-day1") == "01000000-day1"

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import platform
+import re
 import statistics
 import time
 from collections import OrderedDict
@@ -51,14 +53,20 @@ class Recorder:
         self.next_slow = 0.0
         import ray
 
+        session = os.path.basename(_ray_internals.session_dir() or "").removeprefix("session_")
+        # Every cluster's first job is 01000000: a record is the job of one Ray session.
+        self.tag = re.sub(r"[^A-Za-z0-9_.-]", "_", session or time.strftime("%Y-%m-%d_%H-%M-%S"))[:80]
         self.versions = {"raydbg": __version__, "ray": ray.__version__, "python": platform.python_version(),
                          "gateway_node": server.node_id}
 
     def _job(self, job: str, now: float) -> None:
         if job and job not in self.jobs:
-            self.out.add(job, "job", self.versions)
+            self.out.add(job, "job", dict(self.versions, ray_session=self.tag), record=self.record(job))
         if job:
             self.jobs[job] = now
+
+    def record(self, job: str) -> str:
+        return f"{job}-{self.tag}"
 
     def active(self, now: float) -> list[str]:
         return [j for j, seen in self.jobs.items() if now - seen < ACTIVE_S]
@@ -66,7 +74,7 @@ class Recorder:
     def _to(self, job: str | None, kind: str, data: dict[str, Any], now: float, ts: float | None = None) -> None:
         for j in [job] if job else self.active(now):
             self._job(j, now)
-            self.out.add(j, kind, data, ts)
+            self.out.add(j, kind, data, ts, record=self.record(j))
 
     # --- every POLL_S ----------------------------------------------------------------------------
     def events_and_sessions(self) -> None:
@@ -121,7 +129,8 @@ class Recorder:
                 if (job, node) not in self.nodes:
                     self.nodes.add((job, node))
                     self.out.add(job, "node", {k: a.get(k) for k in ("node_id", "node_ip", "is_head", "version",
-                                                                     "ray", "python", "started_by")})
+                                                                     "ray", "python", "started_by")},
+                                 record=self.record(job))
         for span in await asyncio.to_thread(self.spans.new_spans):
             self._to(spans.job_of(span) or None, "span", span, now, span.get("end"))
 

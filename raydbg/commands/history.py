@@ -54,7 +54,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(m.get("last_ts") or 0))
         counts = ", ".join(f"{n} {k}" for k, n in sorted((m.get("counts") or {}).items()))
         runs = f"  runs: {', '.join(m['runs'])}" if m.get("runs") else ""
-        print(f"{m['job_id']:<12} last {when}  {counts}{runs}")
+        print(f"{m['record']:<40} job {m['job_id']:<10} last {when}  {counts}{runs}")
     return 0
 
 

@@ -32,46 +32,49 @@ def parse(data: bytes) -> tuple[list[dict[str, Any]], int]:
     return out, skipped
 
 
-def manifest(store: Store, job: str) -> dict[str, Any]:
-    """The job's manifest; a bare one when it is missing or unreadable (the segments still count)."""
+def manifest(store: Store, record: str) -> dict[str, Any]:
+    """The record's manifest; a bare one when it is missing or unreadable (the segments still count)."""
     try:
-        return dict(msgspec.to_builtins(_MANIFEST.decode(store.read(job, MANIFEST))), job_id=job)
+        found = msgspec.to_builtins(_MANIFEST.decode(store.read(record, MANIFEST)))
     except Exception:
-        return msgspec.to_builtins(schema.HistoryManifest(job_id=job))  # type: ignore[no-any-return]
+        found = msgspec.to_builtins(schema.HistoryManifest(job_id=""))
+    return dict(found, record=record, job_id=found["job_id"] or record)
 
 
 def jobs(store: Store) -> list[dict[str, Any]]:
-    """Every job's manifest, newest first."""
-    found = [manifest(store, job) for job in store.jobs()]
+    """Every record's manifest, newest first."""
+    found = [manifest(store, record) for record in store.jobs()]
     found.sort(key=lambda m: m.get("last_ts") or 0.0, reverse=True)
     return found
 
 
 def resolve(store: Store, name: str) -> str:
-    """The job `name` names: a job id, a Train run's name (its newest job), or a job id prefix."""
+    """The record `name` names, the newest when several match: a record (folder) name, a Ray job
+    id, a Train run's name, or a prefix of a record's name."""
     listed = jobs(store)
-    for pick in (lambda m: m["job_id"] == name, lambda m: name in (m.get("runs") or []),
-                 lambda m: m["job_id"].startswith(name)):
-        hits = [m["job_id"] for m in listed if pick(m)]
+    for pick in (lambda m: m["record"] == name, lambda m: m["job_id"] == name,
+                 lambda m: name in (m.get("runs") or []), lambda m: m["record"].startswith(name)):
+        hits = [m["record"] for m in listed if pick(m)]
         if hits:
             return hits[0]
-    known = ", ".join(m["job_id"] for m in listed[:5]) or "none"
-    raise StoreError(f"raydbg history: no job or run {name[:80]!r} in {store.where} (newest jobs: {known})")
+    known = ", ".join(m["record"] for m in listed[:5]) or "none"
+    raise StoreError(f"raydbg history: no job or run {name[:80]!r} in {store.where} (newest: {known})")
 
 
-def load(store: Store, job: str) -> dict[str, Any]:
-    """A job's whole record: its manifest, entries in time order, and how many lines were skipped."""
-    checked_job(job)
+def load(store: Store, record: str) -> dict[str, Any]:
+    """A record whole: its manifest, entries in time order, and how many lines were skipped."""
+    checked_job(record)
     entries: list[dict[str, Any]] = []
     skipped = 0
-    for name in sorted(n for n in store.names(job) if SEGMENT_NAME.fullmatch(n)):
+    for name in sorted(n for n in store.names(record) if SEGMENT_NAME.fullmatch(n)):
         try:
-            got, bad = parse(store.read(job, name))
+            got, bad = parse(store.read(record, name))
         except OSError:
             skipped += 1  # a segment we must not read (not ours, a link): said in the count
             continue
         entries += got
         skipped += bad
     entries.sort(key=lambda e: e["ts"])
-    return {"job_id": job, "where": store.where, "manifest": manifest(store, job), "entries": entries,
+    m = manifest(store, record)
+    return {"job_id": m["job_id"], "record": record, "where": store.where, "manifest": m, "entries": entries,
             "skipped_lines": skipped}

@@ -53,7 +53,7 @@ def build(record: dict[str, Any]) -> dict[str, Any]:
     train_runs.sort(key=lambda r: r.get("started") or 0)
     entries = record["entries"]
     return {
-        "job_id": record["job_id"], "where": record.get("where"), "job": job, "nodes": list(nodes.values()),
+        "job_id": record["job_id"], "record": record.get("record", record["job_id"]), "where": record.get("where"), "job": job, "nodes": list(nodes.values()),
         "first_ts": entries[0]["ts"] if entries else None, "last_ts": entries[-1]["ts"] if entries else None,
         "events": sorted(events, key=lambda ev: ev.get("ts") or 0), "train_runs": train_runs, "steps": steps,
         "memory": memory, "goodput": goodput_reports(spans), "dropped": dropped,
@@ -115,7 +115,7 @@ def step_rows(steps: dict[str, dict[str, list[list[float]]]]) -> list[str]:
 def render(v: dict[str, Any]) -> str:
     """The text of `raydbg history show`."""
     j = v["job"]
-    lines = [f"job {v['job_id']}  {_clock(v['first_ts'])} .. {_clock(v['last_ts'])}  (from {v['where']})"]
+    lines = [f"job {v['job_id']} (record {v['record']})  {_clock(v['first_ts'])} .. {_clock(v['last_ts'])}  (from {v['where']})"]
     if j:
         lines.append(f"  raydbg {j.get('raydbg', '?')}, ray {j.get('ray', '?')}, python {j.get('python', '?')}")
     for n in v["nodes"]:

@@ -62,10 +62,11 @@ class HistoryWriter:
         self._thread: threading.Thread | None = None
 
     # --- the producer's side: never blocks, never raises ---------------------------------------
-    def add(self, job: str, kind: str, data: dict[str, Any], ts: float | None = None) -> bool:
-        """Queue one entry for `job`'s record; False when the buffer is full (it is counted)."""
+    def add(self, job: str, kind: str, data: dict[str, Any], ts: float | None = None, record: str | None = None) -> bool:
+        """Queue one entry of Ray job `job` for the record `record` (its folder; default: `job`);
+        False when the buffer is full (it is counted)."""
         try:
-            checked_job(job)
+            record = checked_job(record or job)
             line = json.dumps({"ts": time.time() if ts is None else ts, "kind": kind, "job_id": job, "data": data},
                               default=str, separators=(",", ":")).encode() + b"\n"
         except Exception:
@@ -74,9 +75,9 @@ class HistoryWriter:
         with self._lock:
             if len(self._pending) >= self.max_pending:
                 self.dropped += 1
-                self._dropped_unsaid[job] = self._dropped_unsaid.get(job, 0) + 1
+                self._dropped_unsaid[record] = self._dropped_unsaid.get(record, 0) + 1
                 return False
-            self._pending.append((job, line))
+            self._pending.append((record, line))
         return True
 
     def pending(self) -> int:
@@ -104,8 +105,8 @@ class HistoryWriter:
         """Write what is pending; True when the store took it all (or there was nothing)."""
         with self._flush_lock:
             with self._lock:
-                for job, n in self._dropped_unsaid.items():  # said once, in the record itself (a few over the bound)
-                    self._pending.append((job, json.dumps({"ts": time.time(), "kind": "gap", "job_id": job,
+                for rec, n in self._dropped_unsaid.items():  # said once, in the record itself (a few over the bound)
+                    self._pending.append((rec, json.dumps({"ts": time.time(), "kind": "gap", "job_id": "",
                                                            "data": {"dropped": n}}).encode() + b"\n"))
                 self._dropped_unsaid.clear()
                 batch = list(self._pending)
@@ -166,12 +167,12 @@ class HistoryWriter:
 
     def _read_manifest(self, job: str) -> dict[str, Any]:
         """An earlier writer's manifest, merged into (a gateway restarted); fresh if none."""
-        fresh: dict[str, Any] = {"job_id": job, "first_ts": 0.0, "last_ts": 0.0, "runs": [], "counts": {},
+        fresh: dict[str, Any] = {"job_id": "", "record": job, "first_ts": 0.0, "last_ts": 0.0, "runs": [], "counts": {},
                                  "version": __version__}
         try:
             old = json.loads(self.store.read(job, MANIFEST))
-            if isinstance(old, dict) and old.get("job_id") == job:
-                fresh.update({k: old[k] for k in ("first_ts", "runs", "counts") if k in old})
+            if isinstance(old, dict) and old.get("record", job) == job:
+                fresh.update({k: old[k] for k in ("job_id", "first_ts", "runs", "counts") if k in old})
         except Exception:
             pass
         return fresh
@@ -184,6 +185,7 @@ class HistoryWriter:
                 e = json.loads(line)
             except ValueError:
                 continue
+            m["job_id"] = m["job_id"] or e["job_id"]
             m["first_ts"] = min(m["first_ts"] or e["ts"], e["ts"])
             m["last_ts"] = max(m["last_ts"], e["ts"])
             m["counts"][e["kind"]] = m["counts"].get(e["kind"], 0) + 1

@@ -352,7 +352,7 @@ export interface StackMember {
   world_rank: number | null;
 }
 
-/** One line of a job's record (`<RAYDBG_HISTORY>/<job>/seg-*.jsonl`), appended as it happens. */
+/** One line of a job's record (`<RAYDBG_HISTORY>/<record>/seg-*.jsonl`), appended as it happens. */
 export interface HistoryEntry {
   /** epoch seconds */
   ts: number;
@@ -364,10 +364,12 @@ export interface HistoryEntry {
   data: Record<string, unknown>;
 }
 
-/** A job's summary (`<RAYDBG_HISTORY>/<job>/manifest.json`), rewritten by its writer: a hint for listings; the segments are the record. */
+/** A job's summary (`<RAYDBG_HISTORY>/<record>/manifest.json`), rewritten by its writer: a hint for listings; the segments are the record. */
 export interface HistoryManifest {
   /** Ray job id (hex) */
   job_id: string;
+  /** the record's folder: `<job id>-<the Ray session's time>` (every cluster's first job is 01000000) */
+  record: string;
   /** epoch seconds of its first entry */
   first_ts: number;
   /** epoch seconds of its last entry */
