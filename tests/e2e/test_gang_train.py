@@ -27,15 +27,15 @@ TIMED_OUT = "Timed out waiting 3000ms"  # gloo's message when a collective's tim
 
 
 @pytest.fixture(scope="module")
-def where(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def history_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The jobs' records (raydbg history) of this module's cluster."""
     return tmp_path_factory.mktemp("history")
 
 
 @pytest.fixture(scope="module")
-def cluster(where: Path) -> Iterator[tuple[Cluster, Any]]:
+def cluster(history_dir: Path) -> Iterator[tuple[Cluster, Any]]:
     env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S), "RAYDBG_RESUME_POLL_S": "0.25",
-           "RAYDBG_HISTORY": str(where), **targets.TRAIN_CLUSTER_ENV}
+           "RAYDBG_HISTORY": str(history_dir), **targets.TRAIN_CLUSTER_ENV}
     with Cluster(num_cpus=8, env=env, by_value=(targets,)) as c:
         yield c, c.up()
 
@@ -200,7 +200,7 @@ def _job_hang_events(gw: Any, job: str) -> list[dict[str, Any]]:
             and (e.get("details") or {}).get("job_id") == job and not e["details"].get("train_run")]
 
 
-def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp_path: Path, where: Path) -> None:
+def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp_path: Path, history_dir: Path) -> None:
     import ray
 
     c, gw = cluster
@@ -247,10 +247,10 @@ def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp
     assert shown.returncode == 0 and "Train run gang-stuck" in shown.stdout, shown.stdout
     assert f"job {job} made no progress" in shown.stdout, shown.stdout
     # The job's record (raydbg history, read with no cluster): the same event, its chain and classes.
-    kept = shown_until(job, where, lambda v: any(e["id"] == events[0]["id"] for e in v["events"]))
+    kept = shown_until(job, history_dir, lambda v: any(e["id"] == events[0]["id"] for e in v["events"]))
     (hang_kept,) = [e for e in kept["events"] if e["id"] == events[0]["id"]]
     assert hang_kept["details"]["chain"] == details["chain"] and hang_kept["details"]["classes"] == classes
-    text = history("show", job, str(where)).stdout
+    text = history("show", job, str(history_dir)).stdout
     assert f"\n        ranks 0,1,3 wait in all_reduce #{hop['seq']} (world) for 2\n" in text, text
     assert "culprit rank 2" in text and events[0]["message"] in text, text
     # A second event would come at the next check (each 1 s), or a threshold after the first.
@@ -290,7 +290,7 @@ def _straggler_events(gw: Any, run: str) -> list[dict[str, Any]]:
 
 
 def test_one_straggler_event_for_a_rank_slower_every_step_none_for_a_uniform_slowdown(
-        cluster: tuple[Cluster, Any], tmp_path: Path, where: Path) -> None:
+        cluster: tuple[Cluster, Any], tmp_path: Path, history_dir: Path) -> None:
     c, gw = cluster
     steps, release = 20, tmp_path / "release-stragglers"  # the event is due at step 6: room to sample
     slow = Fit(_trainer(targets.straggler_steps, "gang-straggler", tmp_path, workers=3,
@@ -330,12 +330,12 @@ def test_one_straggler_event_for_a_rank_slower_every_step_none_for_a_uniform_slo
         return (any(e["id"] == events[0]["id"] for e in v["events"])
                 and len(v["steps"].get("gang-straggler") or {}) == 3)
 
-    kept = shown_until("gang-straggler", where, straggler_kept)
+    kept = shown_until("gang-straggler", history_dir, straggler_kept)
     medians = {int(r): sorted(p[2] for p in pts)[len(pts) // 2] for r, pts in kept["steps"]["gang-straggler"].items()}
     assert max(medians, key=lambda r: medians[r]) == 0 and medians[0] > 2 * medians[1], medians
-    assert "<- slowest" in history("show", "gang-straggler", str(where)).stdout
+    assert "<- slowest" in history("show", "gang-straggler", str(history_dir)).stdout
     page = tmp_path / "report.html"
-    out = history("report", "gang-straggler", str(where), "--html", str(page))
+    out = history("report", "gang-straggler", str(history_dir), "--html", str(page))
     assert out.returncode == 0, out.stderr
     assert 'id="timeline"' in page.read_text() and 'class="heatmap"' in page.read_text()
 
