@@ -114,7 +114,7 @@ own_folders = RAYDBG_RUN_DIR=$(CURDIR)/$(MATRIX_RESULTS)/$(1)/tasks RAYDBG_PROGR
 	RAYDBG_STACKS_DIR=$(CURDIR)/$(MATRIX_RESULTS)/$(1)
 MATRIX_PYTHONS = PY310=$(PY310) PY312=$(PY312) PY313=$(PY313)
 
-test: $(STAMP) lint vscode-test
+test: $(STAMP) lint docs vscode-test
 	@rm -rf $(MATRIX_RESULTS); mkdir -p $(MATRIX_RESULTS)/units $(MATRIX_RESULTS)/matrix/home
 	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
 	$(BIN)/ray get-auth-token --generate > /dev/null

@@ -108,11 +108,11 @@ class Probe:
         """Why raydbg's tracer would still be set here (a note when it is): its own flags."""
         import threading
 
-        dbg = sys.modules.get("raydbg.worker.debugger")
+        dbg = sys.modules.get("raydbg.worker.debugpy_control")
         if dbg is None:
             return {}
         return {"tracing": dbg._tracing, "client_attached": dbg.client_attached(),
-                "paused_threads": len(dbg._paused_threads), "threads": [t.name for t in threading.enumerate()]}
+                "paused_threads": len(dbg.paused_threads.current()), "threads": [t.name for t in threading.enumerate()]}
 
 
 # --- driver subprocess: a Ray driver that runs commands read from stdin --------------------

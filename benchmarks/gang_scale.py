@@ -4,7 +4,7 @@
 
 Synthetic, in one process, no Ray: N ranks' stacks (each a main thread of 30 frames and
 two idle threads; most ranks in one all_reduce, a few in a data loader, one stuck
-elsewhere) go through `classes.group` and `classes.runs` (what the gateway does with the
+elsewhere) go through `stack_classes.group` and `stack_classes.runs` (what the gateway does with the
 agents' answers); the wait-for graph (`wait_for.analyze` + `wait_for.chain`) over N ranks
 laid out data x tensor x pipeline (tensor 8, pipeline 4, data N/32: 1 + N/8 + N/4 + 32
 process groups, each rank's Flight Recorder view and group table as its stacks thread
@@ -31,7 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from raydbg.gang import arrivals, classes, collectives, stragglers, wait_chain, wait_for
+from raydbg.gang import arrivals, collectives, stack_classes, stragglers, wait_chain, wait_for
 
 GOAL_MS = 200.0
 
@@ -167,7 +167,7 @@ def main() -> None:
         def graph(ranks: dict[int, dict[str, Any]] = ranks, n: int = n) -> list[str]:
             return wait_chain.chain(wait_for.analyze(ranks, n), lambda r: "load_batch train.py:88")
 
-        for name, fn in (("classes.group + runs", lambda ws=ws: (classes.group(ws), classes.runs(ws))),
+        for name, fn in (("stack_classes.group + runs", lambda ws=ws: (stack_classes.group(ws), stack_classes.runs(ws))),
                          ("wait_for graph + chain (d x t x p)", graph),
                          ("stragglers.judge", lambda steps=steps: stragglers.judge(steps, stragglers.Settings())),
                          ("stragglers.judge (arrivals)", lambda arr=arr: stragglers.judge(arr, stragglers.Settings()))):

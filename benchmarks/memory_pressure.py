@@ -153,7 +153,7 @@ def cost(workers: int = 50) -> dict[str, Any]:
     from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
     from raydbg.memory.node_memory import NodeMeasurer
     from raydbg.memory.policy import PolicyConfig
-    from raydbg.memory.work import GcsView, Resolver
+    from raydbg.memory.worker_tasks import GcsView, Resolver
 
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR")
     try:

@@ -50,7 +50,7 @@ import torch
 sys.path.insert(0, {repo!r} + "/benchmarks")
 from sd_tiny_step import make_step
 import raydbg
-from raydbg.gang import cooperative
+from raydbg.gang import cooperative_worker
 torch.set_num_threads(1)
 torch.manual_seed(0)
 step = make_step()  # the SD app's tiny preset: its UNet, batch and latent shape
@@ -66,11 +66,11 @@ def block(n, beat=False):
     return statistics.median(times)
 
 def with_raydbg(n):
-    assert cooperative.install()
+    assert cooperative_worker.install()
     try:
         return block(n, beat=True)
     finally:
-        cooperative.uninstall()
+        cooperative_worker.uninstall()
 
 block(20)  # warm up
 with_raydbg(5)

@@ -247,14 +247,14 @@ def worker_setup_hook() -> None:
 
 def _install_worker() -> None:
     """The worker's parts and features, each with the hooks it needs."""
-    from raydbg.gang import arrival_reader, cooperative
+    from raydbg.gang import arrival_reader, cooperative_worker
     from raydbg.worker import hook, listeners, train, user_roots
 
     user_roots.note_start_dir()  # before the job's code runs: a working_dir is where it starts
     hook.install()  # breakpoint() and post-mortem
     if _start_node_agents not in listeners.ON_PAUSE:
         listeners.ON_PAUSE.append(_start_node_agents)
-    cooperative.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
+    cooperative_worker.worker_setup()  # stacks on request when py-spy cannot attach; idle otherwise
     arrival_reader.worker_setup()  # each step's collective arrival times in its progress record
     train.install()  # Ray Train: pause-proof group timeout, progress (a post-import hook)
     from raydbg.breakpoints import worker as armed_breakpoints

@@ -17,14 +17,47 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-BOOT_ID_PATH = Path("/proc/sys/kernel/random/boot_id")
+PROC = Path("/proc")
+BOOT_ID_PATH = PROC / "sys/kernel/random/boot_id"
+
+
+@dataclass(frozen=True)
+class ProcStat:
+    """The fields raydbg reads from /proc/PID/stat."""
+
+    comm: str
+    state: str  # R, S, D, Z (zombie), X (dead), ...
+    ppid: int
+    start_ticks: int  # field 22: clock ticks since boot
+
+
+def _after_comm(text: str) -> tuple[str, list[str]]:
+    # comm (field 2) may hold spaces and ')': the fields after it start at the last ')'.
+    lpar, rpar = text.find("("), text.rfind(")")
+    return text[lpar + 1 : rpar], text[rpar + 2 :].split()
+
+
+def parse_stat(text: str) -> ProcStat:
+    """/proc/PID/stat's text -> its fields. Raises ValueError or IndexError on a short or bad line."""
+    comm, rest = _after_comm(text)
+    # rest[0] is field 3 (state); ppid is field 4, starttime field 22.
+    return ProcStat(comm, rest[0], int(rest[1]), int(rest[19]))
 
 
 def start_ticks(pid: int) -> int:
     """The process's start time in clock ticks since boot. Raises OSError if it is gone."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    # comm (field 2) may hold spaces and ')': the fields after it start at the last ')'.
-    return int(text.rsplit(")", 1)[1].split()[19])
+    return parse_stat((PROC / str(pid) / "stat").read_text()).start_ticks
+
+
+def pid_alive(pid: int, proc: Path = PROC) -> bool:
+    """False once the process is gone or a zombie (it holds no memory and runs no code then).
+    Any user's process: /proc/PID/stat is world-readable, where a signal 0 is not allowed."""
+    try:
+        text = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return False
+    fields = _after_comm(text)[1]
+    return not fields or fields[0] not in ("Z", "X")
 
 
 def open_pidfd(pid: int) -> int | None:

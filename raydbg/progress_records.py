@@ -22,9 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from raydbg.private_dir import UnsafeDirError, open_private, private_dir
+from raydbg.proc_identity import pid_alive
 from raydbg.record_rules import TRAIN_NAMES
 
 RECORD_SIZE = 2048  # fixed, padded with spaces: a rewrite always covers the previous one
@@ -237,7 +236,7 @@ def read_all(directory: Path | None = None) -> list[dict[str, Any]]:
         if not name.isdigit():
             continue
         path = directory / name
-        if not psutil.pid_exists(int(name)):
+        if not pid_alive(int(name)):
             try:
                 os.unlink(path)
             except OSError:
@@ -275,7 +274,7 @@ def latest(recs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, A
 
 
 def as_progress_map(recs: list[dict[str, Any]]) -> dict[Any, float]:
-    """Last beat time by (job_id, train_run, world_rank) and by pid: what classes.runs() takes."""
+    """Last beat time by (job_id, train_run, world_rank) and by pid: what stack_classes.runs() takes."""
     out: dict[Any, float] = {}
     for rec in recs:
         ts = float(rec.get("ts", 0))

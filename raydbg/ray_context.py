@@ -13,8 +13,19 @@ def _hex(value: Any) -> str | None:
     return value if isinstance(value, str) else value.hex()
 
 
+def connected_ray() -> Any | None:
+    """The `ray` module if this process already imported it and is connected (never imports Ray)."""
+    ray = sys.modules.get("ray")
+    if ray is None:
+        return None
+    try:
+        return ray if ray.is_initialized() else None
+    except Exception:
+        return None
+
+
 def train_rank() -> int | None:
-    """World rank when this thread runs a Ray Train worker's training function."""
+    """World rank when this thread runs a Ray Train worker's training function (never imports Ray Train)."""
     if "ray.train" not in sys.modules:
         return None
     try:

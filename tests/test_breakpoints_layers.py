@@ -115,7 +115,7 @@ def test_a_condition_that_raises_is_logged_once(layer: tuple[Any, Recorder],
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="the settrace layer (3.11); 3.12's needs no reinstall")
 def test_the_311_layer_comes_back_after_a_debug_session(layer: tuple[Any, Recorder]) -> None:
-    from raydbg.worker import debugger
+    from raydbg.worker import debugpy_control
 
     lay, rec = layer
     lay.apply(arming((line_of("HELPER"), None)))
@@ -127,7 +127,7 @@ def test_the_311_layer_comes_back_after_a_debug_session(layer: tuple[Any, Record
     sys.settrace(other_tracer)  # a debug client's tracer in the layer's place
     threading.settrace(other_tracer)
     assert helper(2) == 3 and len(rec.hits) == 1  # the layer is out meanwhile
-    debugger._untrace_all()  # what the worker does once the session ends
+    debugpy_control._untrace_all()  # what the worker does once the session ends
     assert helper(3) == 4 and [loc["x"] for _, loc, _ in rec.hits] == [1, 3]  # back
 
 

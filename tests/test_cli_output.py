@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from raydbg import compat, table_layout
-from raydbg.cli import LIST_COLUMNS, LIST_DROP_ORDER, _list_row
+from raydbg.commands.list_sessions import LIST_COLUMNS, LIST_DROP_ORDER, _list_row
 from raydbg.session_ids import IdError, resolve
 
 LONG_ID = "c8d74f0a9e1b"

@@ -16,7 +16,7 @@ from other_user import OTHER_UID, can_be_other_user
 
 from raydbg import client, gateway_file
 from raydbg.client import GatewayError
-from raydbg.private_dir import UnsafeDirError, private_dir, session_path
+from raydbg.private_dir import UnsafeDirError, private_dir, private_name, session_path
 from raydbg.proc_identity import ProcessIdentity
 
 SESSION = "session_2026-12-06_10-00-00_123_456"
@@ -49,7 +49,7 @@ def _agent(**changes: Any) -> dict[str, Any]:
 def test_the_gateway_file_lives_in_our_private_folders_and_names_its_agent(tmp: Path) -> None:
     gateway_file.write(SESSION, _agent())
     target = gateway_file.path(SESSION)
-    assert target == tmp / "tmp" / f"raydbg-{os.getuid()}" / "sessions" / SESSION / "gateway.json"
+    assert target == tmp / "tmp" / private_name() / "sessions" / SESSION / "gateway.json"
     for d in (target.parent, target.parent.parent, target.parent.parent.parent):
         assert os.lstat(d).st_mode & 0o077 == 0
     assert client.find_gateway() == "10.0.0.1:7000"  # the session /tmp/ray names: only its name is used
@@ -139,7 +139,7 @@ def test_a_planted_current_cluster_file_is_ignored(tmp: Path) -> None:
 def test_a_private_folder_made_first_by_another_user_is_said_in_one_line(tmp: Path) -> None:
     from raydbg.private_dir import private_dir_problem
 
-    mine = tmp / "tmp" / f"raydbg-{os.getuid()}"
+    mine = tmp / "tmp" / private_name()
     mine.mkdir(mode=0o700)
     os.chown(mine, OTHER_UID, OTHER_UID)
     problem = private_dir_problem()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import raydbg
-from raydbg.gang import classes, cooperative, frames, pyspy, report
+from raydbg.gang import cooperative_agent, frames, pyspy, report, stack_classes
 from raydbg.gang.ranks import rank_ranges
 
 SITE = "/venv/lib/python3.11/site-packages"
@@ -31,7 +31,7 @@ ALL_REDUCE = [
 SLEEPING = [fr("train_step", USER, 99), fr("train_loop", USER, 120), fr("run", "/usr/lib/python3.11/threading.py", 982)]
 PAUSED = [
     fr("do_wait_suspend", f"{SITE}/debugpy/_vendored/pydevd/pydevd.py", 2100),
-    fr("suspend", "/work/raydbg/raydbg/worker/debugger.py", 190),
+    fr("suspend", "/work/raydbg/raydbg/worker/debugpy_control.py", 190),
     fr("breakpointhook", f"{SITE}/raydbg/worker/hook.py", 24),
     fr("train_step", USER, 108),
     fr("train_loop", USER, 120),
@@ -60,7 +60,7 @@ def test_filter_folds_library_frames_and_keeps_user_code() -> None:
     assert frames.is_internal(fr("f", "<frozen importlib._bootstrap>", 1))
     # Issue 39: generated code (`exec`: a dataclass's `__init__`, a namedtuple) is never the user's.
     assert frames.is_internal(fr("f", "<string>", 3))
-    assert frames.is_internal(fr("suspend", os.path.dirname(raydbg.__file__) + "/worker/debugger.py", 10))
+    assert frames.is_internal(fr("suspend", os.path.dirname(raydbg.__file__) + "/worker/debugpy_control.py", 10))
 
 
 def test_collective_detection() -> None:
@@ -87,24 +87,24 @@ def test_summaries() -> None:
 
 def test_main_thread_prefers_paused_then_training_then_user_frames() -> None:
     w = worker(0, ALL_REDUCE)
-    assert classes.main_thread(w)["name"].startswith("TrainingThread(")
+    assert stack_classes.main_thread(w)["name"].startswith("TrainingThread(")
     w["threads"][0]["paused"] = True
-    assert classes.main_thread(w)["name"] == "MainThread"
+    assert stack_classes.main_thread(w)["name"] == "MainThread"
     plain = {"threads": [{"name": "MainThread", "frames": RAY_LOOP}, {"name": "Thread-1", "frames": SLEEPING}]}
-    assert classes.main_thread(plain)["name"] == "Thread-1"
-    assert classes.main_thread({"threads": []}) is None
+    assert stack_classes.main_thread(plain)["name"] == "Thread-1"
+    assert stack_classes.main_thread({"threads": []}) is None
 
 
 def test_group_paused_rank_first_then_odd_then_rest() -> None:
     ws = [worker(0, PAUSED, paused=True), worker(1, ALL_REDUCE), worker(2, ALL_REDUCE), worker(3, ALL_REDUCE)]
-    out = classes.group(ws)
+    out = stack_classes.group(ws)
     assert [c["count"] for c in out] == [1, 3]
     assert out[0]["paused"] and out[0]["summary"] == "paused at breakpoint  train_loop.py:108 train_step"
     assert [m["world_rank"] for m in out[1]["members"]] == [1, 2, 3]
     assert out[1]["in_collective"] and not out[0]["in_collective"] and out[1]["total"] == 4
 
     ws = [worker(r, ALL_REDUCE) for r in (3, 0, 1)] + [worker(2, SLEEPING)]
-    odd, rest = classes.group(ws)
+    odd, rest = stack_classes.group(ws)
     assert odd["members"] == [{"node_id": "n1", "pid": 1002, "world_rank": 2}]
     assert [m["world_rank"] for m in rest["members"]] == [0, 1, 3]
 
@@ -119,12 +119,12 @@ def test_paused_on_one_line_is_one_class_wherever_the_pause_path_was_sampled() -
                  fr("_find_and_load", "<frozen importlib._bootstrap>", 1176),
                  fr("__getattr__", "/work/raydbg/raydbg/telemetry/__init__.py", 56),
                  fr("pause", "/work/raydbg/raydbg/worker/session.py", 102)] + PAUSED[2:]
-    out = classes.group([worker(0, PAUSED, paused=True), worker(1, waiting, paused=True),
+    out = stack_classes.group([worker(0, PAUSED, paused=True), worker(1, waiting, paused=True),
                          worker(2, importing, paused=True)])
     assert [c["count"] for c in out] == [3]
     assert out[0]["summary"] == "paused at breakpoint  train_loop.py:108 train_step"
     # Running threads keep every frame: where the library call is differs in kind.
-    assert len(classes.group([worker(0, waiting), worker(1, importing)])) == 2
+    assert len(stack_classes.group([worker(0, waiting), worker(1, importing)])) == 2
     # A pause inside library code keeps the library frame the user stopped in.
     lib = [fr("breakpointhook", f"{SITE}/raydbg/worker/hook.py", 24),
            fr("forward", f"{SITE}/torch/nn/modules/linear.py", 125)] + PAUSED[3:]
@@ -134,22 +134,22 @@ def test_paused_on_one_line_is_one_class_wherever_the_pause_path_was_sampled() -
 def test_py_spy_and_faulthandler_names_land_in_one_class() -> None:
     a = worker(0, [fr("Thread.run", "/usr/lib/python3.11/threading.py", 982)])
     b = worker(1, [fr("run", "/usr/lib/python3.11/threading.py", 982)])
-    assert len(classes.group([a, b])) == 1
+    assert len(stack_classes.group([a, b])) == 1
 
 
 def test_runs_summary() -> None:
     ws = [worker(0, PAUSED, paused=True), worker(1, ALL_REDUCE), worker(2, SLEEPING), worker(3, ALL_REDUCE),
           worker(None, SLEEPING, run=None, pid=77)]
-    (run,) = classes.runs(ws, {("01000000", "train-x", 1): 90.0, 1002: 95.0}, now=100.0)
+    (run,) = stack_classes.runs(ws, {("01000000", "train-x", 1): 90.0, 1002: 95.0}, now=100.0)
     assert run["run"] == "train-x" and run["world_size"] == 4 and run["job_id"] == "01000000"
     assert run["held_by"] == [0] and run["waiting"] == [1, 3] and run["not_waiting"] == [0, 2]
     states = {r["world_rank"]: r["state"] for r in run["ranks"]}
     assert states == {0: "paused", 1: "held", 2: "held", 3: "held"}
     ages = {r["world_rank"]: r["last_progress_s"] for r in run["ranks"]}
     assert ages == {0: None, 1: 10.0, 2: 5.0, 3: None}
-    ids = {c["id"] for c in classes.group(ws)}
+    ids = {c["id"] for c in stack_classes.group(ws)}
     assert {r["class_id"] for r in run["ranks"]} <= ids
-    (free,) = classes.runs([worker(r, ALL_REDUCE) for r in range(2)], {})
+    (free,) = stack_classes.runs([worker(r, ALL_REDUCE) for r in range(2)], {})
     assert {r["state"] for r in free["ranks"]} == {"running"} and free["held_by"] == []
 
 
@@ -170,7 +170,7 @@ stacks = st.sampled_from([ALL_REDUCE, SLEEPING, PAUSED, RAY_LOOP])
 @given(st.lists(st.tuples(stacks, st.booleans()), min_size=1, max_size=40))
 def test_group_is_a_partition_ordered_odd_first(spec: list[tuple[list[dict[str, Any]], bool]]) -> None:
     ws = [worker(i, s, paused=p, pid=2000 + i) for i, (s, p) in enumerate(spec)]
-    out = classes.group(ws)
+    out = stack_classes.group(ws)
     pids = sorted(m["pid"] for c in out for m in c["members"])
     assert pids == sorted(w["pid"] for w in ws)  # every worker in exactly one class
     assert all(c["total"] == len(ws) and c["count"] == len(c["members"]) for c in out)
@@ -198,22 +198,22 @@ Current thread 0x00007f0000000002 (most recent call first):
 
 
 def test_parse_faulthandler_text() -> None:
-    threads = cooperative.parse_faulthandler(FAULTHANDLER)
+    threads = cooperative_agent.parse_faulthandler(FAULTHANDLER)
     assert [t["thread_id"] for t in threads] == [0x7F0000000001, 0x7F0000000002]
     assert threads[0]["frames"][0] == {"function": "train_step", "file": USER, "line": 99}
     assert threads[1]["frames"] == [fr("main_loop", f"{SITE}/ray/_private/worker.py", 990)]
-    assert cooperative.parse_faulthandler("") == []
+    assert cooperative_agent.parse_faulthandler("") == []
 
 
 @given(st.text(max_size=400))
 def test_parse_faulthandler_never_raises(text: str) -> None:
-    assert isinstance(cooperative.parse_faulthandler(text), list)
+    assert isinstance(cooperative_agent.parse_faulthandler(text), list)
 
 
 def test_report_of_a_run() -> None:
     ws = [worker(0, PAUSED, paused=True), worker(1, ALL_REDUCE), worker(2, ALL_REDUCE), worker(3, ALL_REDUCE),
           worker(None, SLEEPING, run=None, pid=77)]
-    answer = {"workers": ws, "classes": classes.group(ws), "runs": classes.runs(ws, {}), "errors": [
+    answer = {"workers": ws, "classes": stack_classes.group(ws), "runs": stack_classes.runs(ws, {}), "errors": [
         {"node_id": "n2" * 8, "error": "timeout"}], "took_s": 0.25}
     json.dumps(answer)  # the shape is JSON
     text = report.render(answer)

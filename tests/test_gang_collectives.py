@@ -161,12 +161,12 @@ LISTENING_RANK = textwrap.dedent("""
     from raydbg.worker.train import enable_flight_recorder
     enable_flight_recorder()  # as in a Train worker, before the group exists
     import torch, torch.distributed as dist
-    from raydbg.gang import cooperative
+    from raydbg.gang import cooperative_worker
     dist.init_process_group("gloo", rank=0, world_size=1)
     t = torch.ones(3)
     dist.all_reduce(t)
     dist.broadcast(t, 0)
-    cooperative.listen()
+    cooperative_worker.listen()
     print("ready", flush=True)
     time.sleep(300)
 """)
@@ -175,7 +175,7 @@ LISTENING_RANK = textwrap.dedent("""
 def test_a_ranks_stacks_thread_answers_with_its_collectives(tmp_path: Path) -> None:
     import asyncio
 
-    from raydbg.gang import cooperative
+    from raydbg.gang import cooperative_agent
 
     repo = str(Path(__file__).resolve().parents[1])
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
@@ -187,7 +187,7 @@ def test_a_ranks_stacks_thread_answers_with_its_collectives(tmp_path: Path) -> N
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         os.environ["RAYDBG_STACKS_DIR"] = str(tmp_path)
         try:
-            snap = asyncio.run(cooperative.ask_snapshot(proc.pid, timeout=30))
+            snap = asyncio.run(cooperative_agent.ask_snapshot(proc.pid, timeout=30))
         finally:
             del os.environ["RAYDBG_STACKS_DIR"]
     finally:

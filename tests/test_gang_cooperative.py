@@ -15,14 +15,20 @@ from typing import Any
 
 import pytest
 
-from raydbg.gang import cooperative, node, pyspy, worker_labels
+from raydbg.gang import (
+    cooperative_agent,
+    cooperative_files,
+    node,
+    pyspy,
+    worker_labels,
+)
 
 CHILD = textwrap.dedent(
     """
     import sys, threading, time
     sys.path.insert(0, {repo!r})
-    from raydbg.gang import cooperative
-    installed = cooperative.install()
+    from raydbg.gang import cooperative_worker
+    installed = cooperative_worker.install()
 
     side_started = threading.Event()
 
@@ -60,14 +66,14 @@ def functions(threads: list[dict]) -> set[str]:
 
 
 def test_signal_gives_every_thread_with_names(child: subprocess.Popen[str]) -> None:
-    threads, how = asyncio.run(cooperative.request(child.pid))
+    threads, how = asyncio.run(cooperative_agent.request(child.pid))
     assert how == "json"  # the main thread runs Python between sleeps: the rich answer
     names = {t["name"] for t in threads}
     assert {"MainThread", "side-thread"} <= names
     assert {"main_work", "side_work"} <= functions(threads)
     assert "_on_signal" not in functions(threads) and "snapshot" not in functions(threads)
     # Asked again: a fresh answer, and the worker still runs.
-    threads2, _ = asyncio.run(cooperative.request(child.pid))
+    threads2, _ = asyncio.run(cooperative_agent.request(child.pid))
     assert "main_work" in functions(threads2) and child.poll() is None
 
 
@@ -77,8 +83,8 @@ STUCK_IN_C = textwrap.dedent(
     """
     import ctypes, sys, threading, time
     sys.path.insert(0, {repo!r})
-    from raydbg.gang import cooperative
-    installed = cooperative.install()
+    from raydbg.gang import cooperative_worker
+    installed = cooperative_worker.install()
     libc = ctypes.CDLL(None)
     mutex = ctypes.create_string_buffer(64)  # zeroed: PTHREAD_MUTEX_INITIALIZER on glibc
 
@@ -116,7 +122,7 @@ def test_faulthandler_text_when_the_main_thread_is_stuck_in_c(tmp_path: Path,
                             text=True, env={**os.environ, "RAYDBG_STACKS_DIR": str(tmp_path)})
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "True"
-        threads, how = asyncio.run(cooperative.request(proc.pid, timeout=30))
+        threads, how = asyncio.run(cooperative_agent.request(proc.pid, timeout=30))
         assert how == "faulthandler"  # the JSON never came: after the grace, the C dump answered
         assert {"main_work", "side_work"} <= functions(threads)
         assert proc.poll() is None  # and the worker still runs
@@ -129,9 +135,9 @@ def test_never_signals_a_process_without_our_handler(tmp_path: Path, monkeypatch
     monkeypatch.setenv("RAYDBG_STACKS_DIR", str(tmp_path))
     plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert not cooperative.available(plain.pid)
+        assert not cooperative_agent.available(plain.pid)
         with pytest.raises(pyspy.StackError):
-            asyncio.run(cooperative.request(plain.pid))
+            asyncio.run(cooperative_agent.request(plain.pid))
         assert plain.poll() is None  # SIGUSR2's default action would have killed it
     finally:
         plain.kill()
@@ -156,23 +162,23 @@ def test_a_process_whose_start_time_differs_from_the_one_asked_for_is_never_sign
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "ready"
-        ticks = cooperative.start_ticks(proc.pid)
-        assert not cooperative.signal_if_same(proc.pid, str(int(ticks) - 1))
-        assert not cooperative.signal_if_same(proc.pid, str(int(ticks) + 1))
-        assert cooperative.signal_if_same(proc.pid, ticks)  # the process asked for: signalled once
+        ticks = cooperative_files.start_ticks(proc.pid)
+        assert not cooperative_agent.signal_if_same(proc.pid, str(int(ticks) - 1))
+        assert not cooperative_agent.signal_if_same(proc.pid, str(int(ticks) + 1))
+        assert cooperative_agent.signal_if_same(proc.pid, ticks)  # the process asked for: signalled once
         proc.stdin.write("go\n")
         proc.stdin.flush()
         assert proc.stdout.readline().strip() == "1"
     finally:
         proc.kill()
         proc.wait()
-    assert not cooperative.signal_if_same(proc.pid, ticks)  # gone (reaped): nothing to signal
+    assert not cooperative_agent.signal_if_same(proc.pid, ticks)  # gone (reaped): nothing to signal
 
 
 def test_a_process_that_does_not_catch_the_signal_is_never_sent_it() -> None:
     plain = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert not cooperative.signal_if_same(plain.pid, cooperative.start_ticks(plain.pid))
+        assert not cooperative_agent.signal_if_same(plain.pid, cooperative_files.start_ticks(plain.pid))
         assert plain.poll() is None  # SIGUSR2's default action would have killed it
     finally:
         plain.kill()
@@ -204,12 +210,12 @@ def test_pyspy_dump_of_a_live_process(child: subprocess.Popen[str]) -> None:
 
 
 def test_prune_removes_files_of_gone_processes(child: subprocess.Popen[str], tmp_path: Path) -> None:
-    base = cooperative.stacks_dir()
+    base = cooperative_files.stacks_dir()
     (base / "999999999-1.txt").write_text("")  # no such pid
     (base / f"{child.pid}-1.txt").write_text("")  # the pid lives, but it is another process (start time)
-    assert cooperative.prune() == 2
-    text, _ = cooperative._paths(child.pid)
-    assert text.exists() and cooperative.available(child.pid)  # the live worker's file stays
+    assert cooperative_agent.prune() == 2
+    text, _ = cooperative_files.paths(child.pid)
+    assert text.exists() and cooperative_agent.available(child.pid)  # the live worker's file stays
 
 
 def test_a_worker_whose_sigusr2_is_taken_keeps_its_own_handler(tmp_path: Path,
@@ -221,8 +227,8 @@ def test_a_worker_whose_sigusr2_is_taken_keeps_its_own_handler(tmp_path: Path,
         sys.path.insert(0, {repo!r})
         got = []
         signal.signal(signal.SIGUSR2, lambda s, f: got.append(s))  # the user's own
-        from raydbg.gang import cooperative
-        print(cooperative.install(), flush=True)
+        from raydbg.gang import cooperative_worker
+        print(cooperative_worker.install(), flush=True)
         sys.stdin.readline()  # the test has signalled
         time.sleep(0.2)
         print(len(got), signal.getsignal(signal.SIGUSR2).__name__, flush=True)
@@ -233,7 +239,7 @@ def test_a_worker_whose_sigusr2_is_taken_keeps_its_own_handler(tmp_path: Path,
     try:
         assert proc.stdout is not None and proc.stdin is not None
         assert proc.stdout.readline().strip() == "False"  # not installed: SIGUSR2 is the user's
-        assert not cooperative.available(proc.pid)  # so the agent never signals it
+        assert not cooperative_agent.available(proc.pid)  # so the agent never signals it
         os.kill(proc.pid, signal.SIGUSR2)
         proc.stdin.write("go\n")
         proc.stdin.flush()
@@ -271,7 +277,7 @@ def test_a_run_filter_keeps_ranks_their_snapshot_names_and_spares_the_rest_py_sp
            {"pid": 2, "task_name": "t"}, {"pid": 3, "task_name": "t", "train_run": "other"},
            {"pid": 4, "task_name": "t"}]
     monkeypatch.setattr(worker_labels, "node_workers", lambda *a: [dict(w) for w in ids])
-    monkeypatch.setattr(cooperative, "listening", lambda pid: pid in (1, 2, 3))
+    monkeypatch.setattr(cooperative_agent, "listening", lambda pid: pid in (1, 2, 3))
     asked: list[int] = []
 
     async def ask_snapshot(pid: int, timeout: float = 2.0, base: Any = None) -> dict[str, Any]:
@@ -285,7 +291,7 @@ def test_a_run_filter_keeps_ranks_their_snapshot_names_and_spares_the_rest_py_sp
         dumped.append(pid)
         raise pyspy.StackError("no ptrace here")
 
-    monkeypatch.setattr(cooperative, "ask_snapshot", ask_snapshot)
+    monkeypatch.setattr(cooperative_agent, "ask_snapshot", ask_snapshot)
     monkeypatch.setattr(pyspy, "dump", dump)
     monkeypatch.setenv("RAYDBG_STACKS_PYSPY", "1")
     out = asyncio.run(node.node_stacks("n1", "127.0.0.1", run="r"))

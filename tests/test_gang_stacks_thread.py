@@ -1,4 +1,4 @@
-"""The stacks thread of an activated worker (cooperative.listen / ask) on real processes (no Ray):
+"""The stacks thread of an activated worker (cooperative_worker.listen / cooperative_agent.ask) on real processes (no Ray):
 it answers without a signal or ptrace, while the main thread is blocked in C; a process
 without it is left to py-spy, with the same shape of answer."""
 
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from raydbg.gang import cooperative, node, pyspy
+from raydbg.gang import cooperative_agent, cooperative_files, node, pyspy
 
 CHILD = textwrap.dedent(
     """
     import ctypes, sys, threading, time
     sys.path.insert(0, {repo!r})
-    from raydbg.gang import cooperative
-    listening = {listen} and cooperative.listen()
+    from raydbg.gang import cooperative_worker
+    listening = {listen} and cooperative_worker.listen()
     started = threading.Event()
 
     def side_work():
@@ -65,23 +65,23 @@ def functions(threads: list[dict]) -> set[str]:
 
 def test_the_stacks_thread_answers_while_the_main_thread_is_in_c(children: tuple[subprocess.Popen[str], ...]) -> None:
     listening, _ = children
-    assert cooperative.listening(listening.pid)
+    assert cooperative_agent.listening(listening.pid)
     t = time.monotonic()
-    threads = asyncio.run(cooperative.ask(listening.pid))
+    threads = asyncio.run(cooperative_agent.ask(listening.pid))
     took = time.monotonic() - t
     assert {t["name"] for t in threads} == {"MainThread", "side-thread"}  # not the stacks thread itself
     assert {"main_work", "side_work"} <= functions(threads)
     assert all(t["native_id"] for t in threads)
     assert took < 0.5, took
-    again = asyncio.run(cooperative.ask(listening.pid))  # a fresh answer each time
+    again = asyncio.run(cooperative_agent.ask(listening.pid))  # a fresh answer each time
     assert "main_work" in functions(again) and listening.poll() is None
     # It came from the thread, not a signal: the signal handlers were never installed.
-    assert not cooperative.available(listening.pid)
+    assert not cooperative_agent.available(listening.pid)
 
 
 def test_activated_from_the_thread_the_other_from_pyspy_same_shape(children: tuple[subprocess.Popen[str], ...]) -> None:
     listening, plain = children
-    assert not cooperative.listening(plain.pid)
+    assert not cooperative_agent.listening(plain.pid)
     ours = asyncio.run(node.worker_stacks({"pid": listening.pid, "paused_threads": []}, False, True))
     other = asyncio.run(node.worker_stacks({"pid": plain.pid, "paused_threads": []}, False, True))
     assert (ours["source"], ours["cooperative_format"]) == ("cooperative", "thread"), ours.get("error")
@@ -100,12 +100,12 @@ def test_activated_from_the_thread_the_other_from_pyspy_same_shape(children: tup
 def test_a_fifo_nobody_reads_is_a_quick_error_and_pyspy_answers(children: tuple[subprocess.Popen[str], ...]) -> None:
     listening, plain = children
     with pytest.raises(pyspy.StackError, match="no raydbg stacks thread"):
-        asyncio.run(cooperative.ask(plain.pid))  # no FIFO at all
-    os.mkfifo(cooperative._request_path(plain.pid), 0o600)  # a FIFO whose reader is gone
-    assert cooperative.listening(plain.pid)
+        asyncio.run(cooperative_agent.ask(plain.pid))  # no FIFO at all
+    os.mkfifo(cooperative_files.request_path(plain.pid), 0o600)  # a FIFO whose reader is gone
+    assert cooperative_agent.listening(plain.pid)
     t = time.monotonic()
     with pytest.raises(pyspy.StackError, match="no raydbg stacks thread"):
-        asyncio.run(cooperative.ask(plain.pid))  # ENXIO at the open: no wait for a timeout
+        asyncio.run(cooperative_agent.ask(plain.pid))  # ENXIO at the open: no wait for a timeout
     assert time.monotonic() - t < 0.5
     w = asyncio.run(node.worker_stacks({"pid": plain.pid, "paused_threads": []}, False, True))
     assert w["source"] == "py-spy" and "main_work" in functions(w["threads"]), w.get("error")
@@ -113,7 +113,7 @@ def test_a_fifo_nobody_reads_is_a_quick_error_and_pyspy_answers(children: tuple[
     listening.kill()
     listening.wait()
     with pytest.raises(pyspy.StackError):
-        asyncio.run(cooperative.ask(gone))
+        asyncio.run(cooperative_agent.ask(gone))
 
 
 def test_pyspy_and_no_pyspy_together_is_a_one_line_error() -> None:

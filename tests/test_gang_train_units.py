@@ -17,7 +17,7 @@ from raydbg import progress_records as progress
 from raydbg.gang import hang, pause
 from raydbg.records import label
 from raydbg.schema import SessionRecord
-from raydbg.worker import train
+from raydbg.worker import pause_group, train
 
 
 # --- timeout -----------------------------------------------------------------------
@@ -103,16 +103,16 @@ def _rec(**kw: Any) -> SessionRecord:
 
 
 def test_group_id_same_across_ranks_new_per_occurrence(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(train.PAUSE_ENV, "all")
-    monkeypatch.setattr(train, "_occurrences", {})
+    monkeypatch.setenv(pause_group.PAUSE_ENV, "all")
+    monkeypatch.setattr(pause_group, "_occurrences", {})
     r0 = _rec(train_run="run", train_rank=0)
-    train.assign_group(r0)
-    monkeypatch.setattr(train, "_occurrences", {})  # another process: its own count
+    pause_group.assign_group(r0)
+    monkeypatch.setattr(pause_group, "_occurrences", {})  # another process: its own count
     r1 = _rec(train_run="run", train_rank=1, file="/elsewhere/train.py")
-    train.assign_group(r1)
+    pause_group.assign_group(r1)
     assert r0.group and r0.group == r1.group and r0.group.startswith("g") and len(r0.group) == 12
     again = _rec(train_run="run", train_rank=1)
-    train.assign_group(again)  # second time this process reaches the line
+    pause_group.assign_group(again)  # second time this process reaches the line
     assert again.group != r1.group
 
 
@@ -121,8 +121,8 @@ def test_breakpoint_all_ranks_groups_that_pause_only(monkeypatch: pytest.MonkeyP
     import raydbg
     from raydbg.worker import hook, session
 
-    monkeypatch.delenv(train.PAUSE_ENV, raising=False)
-    monkeypatch.setattr(train, "_occurrences", {})
+    monkeypatch.delenv(pause_group.PAUSE_ENV, raising=False)
+    monkeypatch.setattr(pause_group, "_occurrences", {})
     monkeypatch.setattr(sys, "breakpointhook", hook.breakpointhook)  # as in an activated worker
     recs: list[SessionRecord] = []
 
@@ -130,7 +130,7 @@ def test_breakpoint_all_ranks_groups_that_pause_only(monkeypatch: pytest.MonkeyP
         """session.pause up to its group assignment (the rest needs a worker and debugpy)."""
         rec = _rec(train_run="run", train_rank=0, file=frame.f_code.co_filename, line=frame.f_lineno,
                    function=frame.f_code.co_name, reason=reason)
-        train.assign_group(rec)
+        pause_group.assign_group(rec)
         recs.append(rec)
 
     monkeypatch.setattr(session, "pause", pause)
@@ -139,20 +139,20 @@ def test_breakpoint_all_ranks_groups_that_pause_only(monkeypatch: pytest.MonkeyP
     grouped, alone = recs
     assert grouped.group and grouped.group.startswith("g") and alone.group is None
     assert grouped.function == "test_breakpoint_all_ranks_groups_that_pause_only"  # the caller's frame
-    assert not train.pause_all_requested()  # only for that one pause
+    assert not pause_group.pause_all_requested()  # only for that one pause
 
 
 def test_no_group_without_pause_all_or_outside_train(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(train.PAUSE_ENV, raising=False)
+    monkeypatch.delenv(pause_group.PAUSE_ENV, raising=False)
     r = _rec(train_run="run", train_rank=0)
-    train.assign_group(r)
+    pause_group.assign_group(r)
     assert r.group is None
-    monkeypatch.setenv(train.PAUSE_ENV, "all")
+    monkeypatch.setenv(pause_group.PAUSE_ENV, "all")
     plain = _rec()
-    train.assign_group(plain)
+    pause_group.assign_group(plain)
     assert plain.group is None
     exc = _rec(train_run="run", reason="exception")
-    train.assign_group(exc)
+    pause_group.assign_group(exc)
     assert exc.group is None
 
 
@@ -355,12 +355,12 @@ from raydbg.telemetry.prometheus import prometheus_text
 telemetry.setup("agent")
 from kv_support import DictKv
 registry.use_client(DictKv())
-from raydbg.gang import collect, hang_service
+from raydbg.gang import cluster_view, hang_service
 
 async def no_stacks(**kw):
     raise RuntimeError("no cluster here")
 
-collect.cluster_stacks = no_stacks  # the stacks part needs Ray; the event carries the error
+cluster_view.cluster_stacks = no_stacks  # the stacks part needs Ray; the event carries the error
 server = type("Server", (), {{"token": "t", "node_id": "n1"}})()
 found = {{"job_id": "01000000", "train_run": "run-a", "stalled_for_s": 301.0, "ranks": [0, 1]}}
 ev = asyncio.run(hang_service.record(server, found))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from raydbg.gang import classes, wait_chain, wait_for
+from raydbg.gang import stack_classes, wait_chain, wait_for
 
 WORLD = "0"
 
@@ -242,7 +242,7 @@ def test_compact_members_expand() -> None:
 
 
 def test_run_summaries_carry_the_graph_and_each_ranks_groups_by_label() -> None:
-    """classes.runs: the graph's fields in the RunSummary, the culprit's place from its stack."""
+    """stack_classes.runs: the graph's fields in the RunSummary, the culprit's place from its stack."""
     inputs = tensor_parallel()
     workers = []
     for r in range(4):
@@ -250,7 +250,7 @@ def test_run_summaries_carry_the_graph_and_each_ranks_groups_by_label() -> None:
                     "line": 1}] if r < 3 else []) + [{"function": "train_step", "file": "/app/train.py", "line": 40 + r}]
         workers.append({"node_id": "n", "pid": 100 + r, "job_id": "01", "train_run": "tp", "world_rank": r,
                         "world_size": 4, "threads": [{"name": "TrainingThread(x)", "frames": frames}], **inputs[r]})
-    (run,) = classes.runs(workers, {})
+    (run,) = stack_classes.runs(workers, {})
     assert run["culprits"] == [3] and run["collectives_seen"] == [0, 1, 2, 3]
     assert run["chain"][-1] == "rank 3 is in train_step train.py:43"
     assert run["ranks"][2]["collectives"]["2"]["label"] == "group [2,3]"

@@ -66,14 +66,14 @@ def test_no_private_name_is_used_across_packages() -> None:
 
 def test_the_check_sees_a_private_import_and_a_private_attribute(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("from raydbg.worker.debugger import _paused_threads\n"
-                     "from raydbg.worker import debugger\n"
-                     "debugger._lock\n"
+    probe.write_text("from raydbg.worker.debugpy_control import _paused_threads\n"
+                     "from raydbg.worker import debugpy_control\n"
+                     "debugpy_control._lock\n"
                      "from raydbg.gang import pause\n"
                      "pause._private\n")
     assert private_uses(probe, "raydbg.gang.probe") == [
-        "probe.py:1 imports raydbg.worker.debugger._paused_threads",
-        "probe.py:3 uses raydbg.worker.debugger._lock",
+        "probe.py:1 imports raydbg.worker.debugpy_control._paused_threads",
+        "probe.py:3 uses raydbg.worker.debugpy_control._lock",
     ]
     # Inside its own package a private name is the package's business.
     assert private_uses(probe, "raydbg.worker.probe") == ["probe.py:5 uses raydbg.gang.pause._private"]

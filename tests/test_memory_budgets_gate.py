@@ -1020,12 +1020,12 @@ def test_memory_learn_off_does_not_hold_a_function_learned_to_be_big(
 ) -> None:
     """The worker's set-up reads RAYDBG_MEMORY_LEARN: on, a start of a function whose learned
     peak does not fit is held; off, it starts at once (the monitor still kills as before)."""
-    from raydbg.memory import work
+    from raydbg.memory import worker_tasks
 
     monkeypatch.setenv("RAYDBG_MEMORY_LEARN", learn)
     settings.reload()
     _peaks(run_dir, {"f00d": 2 * GiB})  # this node learned that f00d's tasks reach 2 GiB
-    monkeypatch.setattr(work, "node_id_of_self", lambda: "n1")
+    monkeypatch.setattr(worker_tasks, "node_id_of_self", lambda: "n1")
     # Ray's hook points (submit and task start) stay as they are: only the gate's state is set up.
     monkeypatch.setattr(budgets, "install_submit_hook", lambda: True)
     monkeypatch.setattr(start_gate, "install", lambda: True)

@@ -11,7 +11,8 @@ import pytest
 from raydbg.memory.gpu import GpuReader
 from raydbg.memory.kernel_files import Roots
 from raydbg.memory.node_memory import UNLIMITED, NodeMeasurer, parse_proc_cgroup, parse_psi
-from raydbg.memory.process_memory import parse_stat, read_proc, scan
+from raydbg.memory.process_memory import read_proc, scan
+from raydbg.proc_identity import ProcStat, parse_stat
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -84,9 +85,8 @@ def test_parsers() -> None:
         "some avg10=1.50 avg60=0.20 avg300=0.00 total=9\nfull avg10=0.30 avg60=0 avg300=0 total=1\n"
     )
     assert psi["some_avg10"] == 1.5 and psi["full_avg10"] == 0.3 and "some_total" not in psi
-    assert parse_stat("123 (a (weird) name) S 77 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 4242 0 0")[
-        :3
-    ] == ("a (weird) name", 77, 4242)
+    assert parse_stat("123 (a (weird) name) S 77 1 1 0 -1 0 0 0 0 0 1 2 0 0 20 0 1 0 4242 0 0") == ProcStat(
+        "a (weird) name", "S", 77, 4242)
 
 
 def test_v1_child_cgroup_limit_and_reclaimable(tmp_path: Path) -> None:

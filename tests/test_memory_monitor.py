@@ -13,11 +13,12 @@ import pytest
 
 from raydbg.gcs_tables import ActorRow, TaskRow
 from raydbg.memory.kernel_files import Roots
-from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig, pid_alive
+from raydbg.memory.monitor import Growth, MemoryMonitor, MonitorConfig
 from raydbg.memory.node_memory import NodeMemory
 from raydbg.memory.policy import IDLE, TASK, Candidate, PolicyConfig
 from raydbg.memory.process_memory import ProcMem
-from raydbg.memory.work import Resolver, candidates, ray_title, retries_left
+from raydbg.memory.worker_tasks import Resolver, join_candidates, ray_title, retries_left
+from raydbg.proc_identity import pid_alive
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -405,8 +406,7 @@ def test_pid_alive_on_fake_and_real(tmp_path: Path) -> None:
     proc = tmp_path / "proc"
     write(proc / "5" / "stat", "5 (x) Z 1 5\n")
     write(proc / "6" / "stat", "6 (a) b) S 1 6\n")
-    roots = Roots(proc=proc)
-    assert not pid_alive(5, roots) and pid_alive(6, roots) and not pid_alive(7, roots)
+    assert not pid_alive(5, proc) and pid_alive(6, proc) and not pid_alive(7, proc)
     import os
 
     assert pid_alive(os.getpid())
@@ -430,7 +430,7 @@ def test_candidates_join() -> None:
     actors = [ActorRow("a12", 12, "A", "", "j", "owner", 2, 1, "n", 90.0)]
     out = {
         c.pid: c
-        for c in candidates(
+        for c in join_candidates(
             procs, titles, tasks, actors, {"t10": 3}, {"t10": 1}, protect=frozenset({14})
         )
     }
@@ -513,7 +513,7 @@ def test_a_record_matches_the_title_ray_gives_its_task() -> None:
 
 
 def test_merge_local_fills_what_gcs_does_not_know_yet() -> None:
-    from raydbg.memory.work import merge_local
+    from raydbg.memory.worker_tasks import merge_local
 
     gcs = [TaskRow("old", 0, "f", "j", "caller", 10, "n", 100.0)]
     recs = {

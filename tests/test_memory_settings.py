@@ -68,7 +68,7 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
 ) -> None:
     from raydbg import activation, compat, config
     from raydbg.breakpoints import worker as armed_breakpoints
-    from raydbg.gang import cooperative
+    from raydbg.gang import cooperative_worker
     from raydbg.memory import start_gate
     from raydbg.telemetry import ray_tracing
     from raydbg.worker import hook, listeners, train
@@ -84,7 +84,7 @@ def test_activation_and_the_worker_hook_take_the_budgets_switch_from_settings(
     monkeypatch.setattr(activation, "install_driver_breakpoint", lambda: None)
     monkeypatch.setattr(activation, "publish_job_settings_at_connect", lambda settings: None)
     monkeypatch.setattr(hook, "install", lambda: None)
-    monkeypatch.setattr(cooperative, "worker_setup", lambda: None)
+    monkeypatch.setattr(cooperative_worker, "worker_setup", lambda: None)
     monkeypatch.setattr(listeners, "ON_PAUSE", [])
     monkeypatch.setattr(train, "install", lambda: None)
     monkeypatch.setattr(armed_breakpoints, "worker_setup", lambda: None)

@@ -173,16 +173,16 @@ HELD_IDS_WORKER = textwrap.dedent(
     held = {held!r}
     for tool in held:
         sys.monitoring.use_tool_id(tool, f"tool-{{tool}}")
-    from raydbg.gang import classes, cooperative
+    from raydbg.gang import cooperative_worker, stack_classes
     from raydbg.worker import thread_trace
 
     def work():  # user code, running: the thread a pause picks
         while True:
             time.sleep(0.001)
 
-    threading.Thread(target=work, name=classes.TRAIN_THREAD_PREFIX + "work)", daemon=True).start()
+    threading.Thread(target=work, name=stack_classes.TRAIN_THREAD_PREFIX + "work)", daemon=True).start()
     time.sleep(0.05)
-    cooperative.listen()
+    cooperative_worker.listen()
     print("ready", flush=True)
     sys.stdin.readline()
     """

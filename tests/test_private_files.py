@@ -15,7 +15,7 @@ from raydbg import auth, config
 from raydbg.agent.monitor_state import START_GRACE_S, MonitorWatch
 from raydbg.memory import node_files, service
 from raydbg.private_dir import UnsafeDirError, check_private, create_new, private_dir
-from raydbg.telemetry import raycontext
+from raydbg.telemetry import output_dir
 from raydbg.telemetry.jsonl import JsonlFile
 
 NOBODY = 65534
@@ -145,8 +145,8 @@ def test_a_sessions_telemetry_files_are_private_and_outside_rays_session_dir(
     session = tmp_path / "ray" / "session_2026-12-06_1_2"
     session.mkdir(parents=True)
     os.chmod(session, 0o777)  # as Ray makes its session dirs
-    monkeypatch.setattr(raycontext, "session_dir", lambda: str(session))
-    tdir = Path(raycontext.session_telemetry_dir() or "")
+    monkeypatch.setattr(output_dir, "session_dir", lambda: str(session))
+    tdir = Path(output_dir.session_telemetry_dir() or "")
     assert tdir == tmp_path / MINE / "sessions" / session.name / "telemetry"
     f = JsonlFile("worker-1.jsonl", lambda: str(tdir), str(tmp_path / "fallback"), {"a": 1})
     f.write([{"type": "span", "name": "x"}])
@@ -168,7 +168,7 @@ def test_a_sessions_telemetry_files_are_private_and_outside_rays_session_dir(
     with pytest.raises(OSError):
         h.write([{"type": "span"}])
     assert bait.read_text() == "untouched"
-    assert raycontext.fallback_dir() == str(tmp_path / MINE / "telemetry")
+    assert output_dir.fallback_dir() == str(tmp_path / MINE / "telemetry")
 
 
 def test_secrets_are_not_carried_into_a_jobs_runtime_env(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,8 +17,8 @@ import pytest
 from kv_support import DictKv
 
 from raydbg import record_fit, registry, validate
-from raydbg.agent import collector
-from raydbg.gang import classes, hang, on_demand
+from raydbg.agent import dead_records
+from raydbg.gang import hang, on_demand, stack_classes
 from raydbg.schema import SessionRecord
 from raydbg.worker import resume, session
 
@@ -131,7 +131,7 @@ def blocked_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Th
     monkeypatch.setenv("RAYDBG_RESUME_POLL_S", "0.05")
     monkeypatch.delenv("RAYDBG_WAIT_TIMEOUT", raising=False)
     go = threading.Event()
-    thread = threading.Thread(target=_deep, args=(44, go), name=f"{classes.TRAIN_THREAD_PREFIX}loop)", daemon=True)
+    thread = threading.Thread(target=_deep, args=(44, go), name=f"{stack_classes.TRAIN_THREAD_PREFIX}loop)", daemon=True)
     thread.start()
     _until(lambda: (f := sys._current_frames().get(thread.ident or 0)) is not None and f.f_code.co_name == "wait")
     yield thread, go
@@ -174,9 +174,9 @@ def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictK
            b"session/not-json": b"\xff\xfe", b"session/no-pid": b'{"id": "no-pid"}',
            b"session/\xff\n": b"{"}  # a key that is not UTF-8: removed as listed
     kv.data.update(bad)
-    collector.collect("n1")  # a node agent (not the gateway) leaves them to the gateway
+    dead_records.collect("n1")  # a node agent (not the gateway) leaves them to the gateway
     assert all(k in kv.data for k in bad)
-    collector.collect("n1", alive_nodes={"n1"})  # the gateway removes them, and says so
+    dead_records.collect("n1", alive_nodes={"n1"})  # the gateway removes them, and says so
     assert not any(k in kv.data for k in bad)
     assert registry.get(registry.SESSION + good.id) is not None  # a live worker's record stays
     gone = sorted(e["details"]["key"] for e in registry.events() if e["kind"] == "session.collected")

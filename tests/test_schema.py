@@ -129,7 +129,7 @@ def test_a_worker_imports_no_msgspec_until_it_writes_a_record() -> None:
     without them (the first record written imports them)."""
     code = ("import sys\n"
             "from raydbg import registry, validate, progress_records\n"
-            "from raydbg.gang import cooperative\n"
+            "from raydbg.gang import cooperative_agent, cooperative_worker\n"
             "from raydbg.worker import session, resume, hook\n"
             "progress_records.beat()\n"
             "assert validate.parse(b'{}') == {}\n"
@@ -190,13 +190,13 @@ def test_the_docs_table_has_every_session_field_and_the_typescript_leaves_out_th
 
 # --- stack reports and beats from other nodes ----------------------------------------------------
 def test_a_workers_own_stacks_and_their_classes_are_stack_records() -> None:
-    from raydbg.gang import classes, own_threads, worker_labels
+    from raydbg.gang import own_threads, stack_classes, worker_labels
 
     worker = {**worker_labels.base_identity(os.getpid(), "ray::train", "ab" * 28, "10.0.0.2"),
               "threads": own_threads.threads(), "source": "cooperative", "cooperative_format": "thread"}
     got = msgspec.convert(worker, schema.WorkerStacks)
     assert got.threads and got.threads[0].frames and got.source == "cooperative"
-    (klass,) = classes.group([worker])
+    (klass,) = stack_classes.group([worker])
     assert msgspec.convert(klass, schema.StackClass).members == [
         schema.StackMember(node_id="ab" * 28, pid=os.getpid(), world_rank=None)]
 
@@ -205,7 +205,7 @@ def test_the_gateway_checks_what_other_nodes_send(monkeypatch: pytest.MonkeyPatc
     import asyncio
 
     from raydbg import dial
-    from raydbg.gang import collect
+    from raydbg.gang import cluster_view
 
     beat = {"ts": 1.5, "step": 3, "source": "progress", "job_id": "01", "node_id": "n2", "pid": 7}
 
@@ -214,4 +214,4 @@ def test_the_gateway_checks_what_other_nodes_send(monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(dial, "ask_agents", ask_agents)
     monkeypatch.setattr(progress_records, "read_all", lambda: [])
-    assert asyncio.run(collect.merged_progress("t", "n1")) == ([beat], [])
+    assert asyncio.run(cluster_view.merged_progress("t", "n1")) == ([beat], [])

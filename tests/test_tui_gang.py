@@ -10,7 +10,7 @@ from textual.widgets import Static
 from tui_support import FakeGateway, record, until
 
 from raydbg.client import GatewayError
-from raydbg.gang import classes, pause_target
+from raydbg.gang import pause_target, stack_classes
 from raydbg.tui.app import create_app
 from raydbg.tui.gang_view import ClassDetail, GangScreen, SnapshotDetail
 from raydbg.tui.row_table import RowTable
@@ -39,7 +39,7 @@ def collective(seq: int, done: int | None) -> dict[str, Any]:
 
 
 def answer_of(workers: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"workers": workers, "classes": classes.group(workers), "runs": classes.runs(workers, {}),
+    return {"workers": workers, "classes": stack_classes.group(workers), "runs": stack_classes.runs(workers, {}),
             "errors": [], "took_s": 0.2}
 
 
@@ -192,11 +192,11 @@ def test_a_class_member_is_named_by_rank_or_node_and_pid() -> None:
 
     node = "ab" * 28
     w = worker(None, SLEEPING, run=None, pid=77, node=node)
-    cls = classes.group([w])[0]
+    cls = stack_classes.group([w])[0]
     assert member_target(cls, [w]) == (f"{node[:12]}:77", "01000000")
     assert pause_target.parse(f"{node[:12]}:77").kind == "pid"  # what the gateway reads it as
     r = worker(3, SLEEPING)
-    assert member_target(classes.group([r])[0], [r]) == ("train-x:3", "01000000")
+    assert member_target(stack_classes.group([r])[0], [r]) == ("train-x:3", "01000000")
     assert member_target({"members": []}, []) is None
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from raydbg import user_code
-from raydbg.gang import classes, frames, on_demand
+from raydbg.gang import frames, on_demand, stack_classes
 from raydbg.user_code import EMPTY, Roots, roots_of
 from raydbg.worker import session, snapshot, user_roots
 
@@ -95,7 +95,7 @@ def test_a_class_of_an_installed_trainer_is_named_by_its_frames_not_by_the_libra
     unmarked = [{k: v for k, v in f.items() if k != "user"} for f in stack]
     assert frames.summary(unmarked) == "wait threading.py:327 (library)"  # what path alone said (issue 39)
     worker = {"threads": [{"name": "MainThread", "frames": unmarked[:2]}, {"name": "Thread-3", "frames": stack}]}
-    assert classes.main_thread(worker)["name"] == "Thread-3"  # the thread with the user's frames
+    assert stack_classes.main_thread(worker)["name"] == "Thread-3"  # the thread with the user's frames
 
 
 def test_the_driver_hands_its_directory_to_the_workers_roots(monkeypatch: pytest.MonkeyPatch,

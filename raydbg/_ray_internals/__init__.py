@@ -29,7 +29,7 @@ Ray couplings left outside this package, and why:
     `internal_kv_*` methods).
   gcs_tables.py: field names of the protobuf rows `all_task_events` and
     `alive_actor_rows` return (TaskEvents, ActorTableData): data, read as plain fields.
-  ray_processes.py, memory/work.py, memory/killer.py: process titles (`ray::IDLE`,
+  ray_processes.py, memory/worker_tasks.py, memory/killer.py: process titles (`ray::IDLE`,
     `ray::<task>`) and the raylet's command line: Ray's process conventions, not Python APIs.
   ray_nodes.py: the head's `node:__internal_head__` resource in `ray.nodes()` (public API,
     Ray's own marker of the head node).

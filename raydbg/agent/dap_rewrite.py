@@ -1,13 +1,19 @@
-"""Rewrites a client's DAP stream so each paused thread is its own session (no Ray import)."""
+"""Rewrites a client's DAP stream so each paused thread is its own session (no Ray import).
+
+The framing itself is raydbg.dap.framing's; the names below are the relay's.
+"""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-HEADER_END = b"\r\n\r\n"
-MAX_HEADER = 4096
-MAX_BODY = 64 * 1024 * 1024
+from raydbg.dap.errors import DapProtocolError
+from raydbg.dap.framing import MAX_BODY_BYTES as MAX_BODY
+from raydbg.dap.framing import MAX_HEADER_BYTES as MAX_HEADER
+from raydbg.dap.framing import FrameParser
+from raydbg.dap.framing import encode_message as encode
+
+__all__ = ["MAX_BODY", "MAX_HEADER", "DapParser", "DapReframer", "DapStreamError", "StopFocus", "encode", "rewrite"]
 
 
 class DapStreamError(Exception):
@@ -16,11 +22,6 @@ class DapStreamError(Exception):
     def __init__(self, message: str) -> None:
         # It becomes a WebSocket close reason, which must fit a control frame (123 bytes).
         super().__init__(message if len(message) <= 100 else message[:97] + "...")
-
-
-def encode(message: dict[str, Any]) -> bytes:
-    body = json.dumps(message, separators=(",", ":")).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 def rewrite(message: dict[str, Any]) -> dict[str, Any]:
@@ -37,40 +38,14 @@ def rewrite(message: dict[str, Any]) -> dict[str, Any]:
     return message
 
 
-class DapParser:
-    """Incremental parser: feed raw bytes, get whole DAP messages back as dicts."""
-
-    def __init__(self) -> None:
-        self._buf = bytearray()
-
-    def take_rest(self) -> bytes:
-        """The bytes fed but not yet parsed (a partial message); the buffer is emptied."""
-        rest = bytes(self._buf)
-        self._buf.clear()
-        return rest
+class DapParser(FrameParser):
+    """The relay's FrameParser: what is not DAP is a DapStreamError (it closes the WebSocket)."""
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        self._buf += data
-        out: list[dict[str, Any]] = []
-        while True:
-            end = self._buf.find(HEADER_END)
-            if end < 0:
-                if len(self._buf) > MAX_HEADER:
-                    raise DapStreamError("DAP header too long or missing")
-                return out
-            length = _content_length(bytes(self._buf[:end]))
-            start = end + len(HEADER_END)
-            if len(self._buf) < start + length:
-                return out
-            body = bytes(self._buf[start:start + length])
-            del self._buf[:start + length]
-            try:
-                message = json.loads(body)
-            except (ValueError, RecursionError) as exc:  # deep nesting: not a crash
-                raise DapStreamError(f"DAP body is not JSON: {exc}") from None
-            if not isinstance(message, dict):
-                raise DapStreamError("DAP message is not a JSON object")
-            out.append(message)
+        try:
+            return super().feed(data)
+        except DapProtocolError as exc:
+            raise DapStreamError(str(exc)) from None
 
 
 class DapReframer:
@@ -177,17 +152,3 @@ class StopFocus:
 def _thread_of(message: dict[str, Any]) -> Any:
     body = message.get("body")
     return body.get("threadId") if isinstance(body, dict) else None
-
-
-def _content_length(header: bytes) -> int:
-    for line in header.split(b"\r\n"):
-        name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            try:
-                length = int(value.strip())
-            except ValueError:
-                break
-            if 0 <= length <= MAX_BODY:
-                return length
-            break
-    raise DapStreamError("DAP header has no valid Content-Length")

@@ -19,9 +19,14 @@ def alive_node_ids() -> set[str]:
 _measurer: Any = None
 
 
-def node_memory() -> dict[str, int]:
-    """Memory used/limit measured the way the memory monitor (and the kernel) judges it."""
+def node_memory(measured: Any = None) -> dict[str, int]:
+    """Memory used/limit measured the way the memory monitor (and the kernel) judges it.
+
+    `measured`: the running monitor's own last measurement (its status record's `memory`),
+    taken as it is: the node is then measured once, by the monitor."""
     global _measurer
+    if isinstance(measured, dict) and isinstance(measured.get("used"), int) and isinstance(measured.get("limit"), int):
+        return {"used": measured["used"], "limit": measured["limit"]}
     try:
         from raydbg.memory.node_memory import NodeMeasurer
 

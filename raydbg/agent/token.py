@@ -18,7 +18,8 @@ def _raydbg_token() -> str:
     return raw.decode()
 
 
-def agent_token(is_head: bool) -> str:
+def agent_token() -> str:
+    """The token every agent of this cluster (head or not) presents and checks."""
     return ray_auth_token() or _raydbg_token()
 
 

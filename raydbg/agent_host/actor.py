@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from raydbg import _ray_internals, compat, config, gateway_file, ray_nodes, registry, schema
-from raydbg.agent import collector, nodes
-from raydbg.agent.monitor_state import MonitorWatch
+from raydbg.agent import dead_records, nodes
+from raydbg.agent.monitor_state import RUNNING, MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
 from raydbg.agent.token import agent_token, leave_for_local_clients
 from raydbg.agent_host import history_recorder
@@ -49,7 +49,7 @@ class NodeAgent:
         self.watch_nodes = watch_nodes and is_head
         self.node_ip = ray.util.get_node_ip_address()
         self.gcs_address = ray.get_runtime_context().gcs_address
-        self.token = agent_token(is_head)
+        self.token = agent_token()
         self.server = AgentServer(
             node_id, self.node_ip, self.token, is_head, nodes_fn=nodes.cluster_nodes if is_head else None,
             features=FEATURES,
@@ -144,24 +144,31 @@ class NodeAgent:
                 except Exception:
                     log.exception("raydbg agent: pruning ended jobs' budgets failed")
             try:
-                self.record["memory"] = nodes.node_memory()
+                monitor = self._monitor_status()
+                self.record["memory_monitor"] = self._monitor_state(monitor)
+                running = self.record["memory_monitor"]["state"] == RUNNING
+                self.record["memory"] = nodes.node_memory((monitor or {}).get("memory") if running else None)
                 self.record["workers"] = nodes.count_ray_workers()
-                self.record["memory_monitor"] = self._monitor_state()
                 self.record["heartbeat"] = time.time()
                 registry.put(registry.AGENT + self.node_id, self.record)
             except Exception:
                 log.exception("raydbg agent heartbeat failed")
             try:  # on its own: a bad record read above must not stop the collector
                 alive = nodes.alive_node_ids() if self.is_head else None
-                collector.collect(self.node_id, alive)
+                dead_records.collect(self.node_id, alive)
             except Exception:
                 log.exception("raydbg agent: collecting dead sessions failed")
 
-    def _monitor_state(self) -> dict[str, Any]:
+    def _monitor_status(self) -> dict[str, Any] | None:
+        """The memory monitor's own record: its state and its last measurement of the node."""
         from raydbg.memory.service import STATUS_KEY
 
+        status = registry.get(STATUS_KEY + self.node_id)
+        return status if isinstance(status, dict) else None
+
+    def _monitor_state(self, status: dict[str, Any] | None) -> dict[str, Any]:
         code = self.monitor.poll() if self.monitor is not None else None
-        state = self.monitor_watch.state(registry.get(STATUS_KEY + self.node_id), code, time.time())
+        state = self.monitor_watch.state(status, code, time.time())
         if self.monitor_watch.needs_event(state):
             registry.record_event(
                 "monitor.failed", f"memory monitor not running: {state['reason']}",

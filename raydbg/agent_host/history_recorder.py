@@ -26,9 +26,9 @@ from aiohttp import web
 
 from raydbg import _ray_internals, registry
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, step_table
+from raydbg.gang import cluster_view, step_table
 from raydbg.history import lifecycle, spans, store, writer
-from raydbg.telemetry import attempts, raycontext
+from raydbg.telemetry import attempts, output_dir
 from raydbg.version import __version__
 
 log = logging.getLogger("raydbg.agent")
@@ -49,7 +49,7 @@ class Recorder:
         self.attempt_state: dict[tuple[str, int], tuple[Any, ...]] = {}
         self.last_step: dict[tuple[str, str, int], int] = {}
         self.nodes: set[tuple[str, str]] = set()
-        self.spans = spans.SpanTail(raycontext.session_telemetry_dir())
+        self.spans = spans.SpanTail(output_dir.session_telemetry_dir())
         self.next_slow = 0.0
         import ray
 
@@ -104,7 +104,7 @@ class Recorder:
     # --- every SLOW_S ----------------------------------------------------------------------------
     async def slow_round(self) -> None:
         now = time.time()
-        beats, _ = await collect.merged_progress(self.server.token, self.server.node_id)
+        beats, _ = await cluster_view.merged_progress(self.server.token, self.server.node_id)
         for b in beats:
             self._job(b.get("job_id") or "", now)
             if b.get("train_run") is None or b.get("world_rank") is None:

@@ -2,8 +2,8 @@
 
 The global trace function answers each call event; only frames whose code object holds an
 armed line get the local (line) tracer. While a debug client is attached, debugpy's tracer
-replaces this one; once the session ends (raydbg.worker.debugger untraces every thread),
-this layer is put back (debugger.AFTER_UNTRACE).
+replaces this one; once the session ends (raydbg.worker.debugpy_control untraces every thread),
+this layer is put back (debugpy_control.AFTER_UNTRACE).
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ class SettraceLayer:
         self.arming = arming
         self.code = {}
         if not self.hooked:
-            from raydbg.worker import debugger
+            from raydbg.worker import debugpy_control
 
-            debugger.AFTER_UNTRACE.append(self._reinstall)
+            debugpy_control.AFTER_UNTRACE.append(self._reinstall)
             self.hooked = True
         self._install(on=bool(arming))
 
@@ -38,11 +38,11 @@ class SettraceLayer:
         """Disarm everything and unhook from the debugger's untrace (a layer that is dropped)."""
         if not self.hooked:
             return
-        from raydbg.worker import debugger
+        from raydbg.worker import debugpy_control
 
         self.arming, self.code = None, {}
-        while self._reinstall in debugger.AFTER_UNTRACE:
-            debugger.AFTER_UNTRACE.remove(self._reinstall)
+        while self._reinstall in debugpy_control.AFTER_UNTRACE:
+            debugpy_control.AFTER_UNTRACE.remove(self._reinstall)
         self.hooked = False
         self._install(on=False)
 

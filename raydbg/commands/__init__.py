@@ -1,5 +1,5 @@
-"""The `raydbg` subcommands of each feature (layer 5), on the small CLI base in commands.base.
+"""The `raydbg` subcommands (layer 5), one module each (or one per feature), on the small CLI base in commands.base.
 
-raydbg/cli.py builds the argparse parser from each module's `register(subparsers)`.
-Nothing below layer 5 imports this package.
+Each module has `register(subparsers)`; raydbg/cli.py lists the modules and builds the
+parser from them. Nothing below layer 5 imports this package.
 """

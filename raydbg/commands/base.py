@@ -13,12 +13,12 @@ class UserError(Exception):
     """Printed as one line, exit code 1, no traceback."""
 
 
-def add_gateway_args(p: argparse.ArgumentParser, json_flag: bool = True) -> None:
+def add_gateway_args(parser: argparse.ArgumentParser, json_flag: bool = True) -> None:
     """--address and --token-file (how to reach the gateway), and --json unless the command adds its own."""
-    p.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
-    p.add_argument("--token-file", help="file holding the raydbg token")
+    parser.add_argument("--address", help="gateway HOST:PORT (default: found from the Ray cluster)")
+    parser.add_argument("--token-file", help="file holding the raydbg token")
     if json_flag:
-        p.add_argument("--json", action="store_true", help="print JSON")
+        parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def gateway_from_args(args: argparse.Namespace) -> Gateway:

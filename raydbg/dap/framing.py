@@ -1,4 +1,8 @@
-"""DAP wire framing: ``Content-Length`` headers around JSON bodies on byte streams."""
+"""DAP wire framing: ``Content-Length`` headers around JSON bodies on byte streams.
+
+The one home of the framing: the DAP client reads from a stream (`read_message`), the
+relay parses bytes as they come off a WebSocket or a socket (`FrameParser`, sans I/O).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,8 @@ from raydbg.dap.errors import DapConnectionLost, DapProtocolError
 
 # A DAP body larger than this is a broken peer, not a big variable (values are paged).
 MAX_BODY_BYTES = 64 * 1024 * 1024
+# A header block still without its blank line after this many bytes is not DAP.
+MAX_HEADER_BYTES = 4096
 HEADER_END = b"\r\n\r\n"
 
 
@@ -35,7 +41,10 @@ class ByteWriter(Protocol):
 
 def encode_message(message: dict[str, Any]) -> bytes:
     """Serialize one DAP message with its header, exactly as it goes on the wire."""
-    body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    try:
+        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate (an undecodable file name): JSON escapes it
+        body = json.dumps(message, separators=(",", ":")).encode("ascii")
     return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
@@ -63,11 +72,41 @@ def decode_body(body: bytes) -> dict[str, Any]:
     """Parse a message body; it must be a JSON object with a ``type``."""
     try:
         message = json.loads(body.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:  # deep nesting: not a crash
         raise DapProtocolError(f"DAP body is not valid JSON: {exc}") from None
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise DapProtocolError(f"DAP body is not a message object: {body[:80]!r}")
     return message
+
+
+class FrameParser:
+    """Sans I/O: feed bytes as they come, get whole messages back; DapProtocolError on what is not DAP."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def take_rest(self) -> bytes:
+        """The bytes fed but not yet parsed (a partial message); the buffer is emptied."""
+        rest = bytes(self._buf)
+        self._buf.clear()
+        return rest
+
+    def feed(self, data: bytes) -> list[dict[str, Any]]:
+        self._buf += data
+        out: list[dict[str, Any]] = []
+        while True:
+            end = self._buf.find(HEADER_END)
+            if end < 0:
+                if len(self._buf) > MAX_HEADER_BYTES:
+                    raise DapProtocolError("DAP header too long or missing")
+                return out
+            start = end + len(HEADER_END)
+            length = parse_headers(bytes(self._buf[:start]))
+            if len(self._buf) < start + length:
+                return out
+            body = bytes(self._buf[start:start + length])
+            del self._buf[:start + length]
+            out.append(decode_body(body))
 
 
 async def read_message(reader: ByteReader) -> dict[str, Any] | None:

@@ -72,9 +72,9 @@ def _picks(count: int, k: int) -> tuple[int, ...]:
     return tuple(sorted({round(i * (count - 1) / (k - 1)) for i in range(k)}))
 
 
-def sampled(first: int, count: int, k: int = SAMPLED) -> list[int]:
+def sampled(first: int, count: int, keep: int = SAMPLED) -> list[int]:
     """The sequence ids kept of `count` consecutive ones from `first`: all, or the first, the last and evenly between."""
-    return [first + i for i in _picks(count, k)]
+    return [first + i for i in _picks(count, keep)]
 
 
 def _group(entry: Mapping[str, Any]) -> str:

@@ -1,6 +1,6 @@
 """This rank's collectives, read in-process from torch's Flight Recorder (worker side; no port, no ptrace).
 
-Called by the worker's stacks thread (raydbg/gang/cooperative.py) when the agent asks for
+Called by the worker's stacks thread (raydbg/gang/cooperative_worker.py) when the agent asks for
 stacks: if the process is in a torch.distributed group and Flight Recorder is on
 (raydbg turns it on in Train workers: raydbg/worker/train.py), its ring is dumped as JSON
 (torch 2.13: ~1 ms for 100 entries) and reduced to a small per-group view

@@ -1,7 +1,7 @@
 """The hang and straggler detectors in the gateway agent: every few seconds merge beats and sessions, record events.
 
 For each run the decider (raydbg/gang/hang.py) calls hung, once: the run's stacks are
-taken (raydbg.gang.collect.cluster_stacks) and grouped into classes, and a `hang` event
+taken (raydbg.gang.cluster_view.cluster_stacks) and grouped into classes, and a `hang` event
 carries them (`raydbg events`, the TUI's events pane), with an OTel counter and span,
 and the run's wait-for graph: the culprits with their stack class, and the chain of who
 waits for whom (one line per hop, the first ones in the message).
@@ -23,7 +23,7 @@ from aiohttp import web
 
 from raydbg import registry, telemetry
 from raydbg.agent.server import AgentServer
-from raydbg.gang import collect, hang, stragglers
+from raydbg.gang import cluster_view, hang, stragglers
 from raydbg.worker import resume
 
 log = logging.getLogger("raydbg.agent")
@@ -58,8 +58,8 @@ def still_running(run: hang.RunKey, recs: list[dict[str, Any]]) -> bool:
 async def stacks_for(server: AgentServer, job_id: str, run: str | None) -> dict[str, Any]:
     """Grouped stacks of the run; an error text instead when stacks cannot be taken."""
     try:
-        got = await collect.cluster_stacks(job=job_id or None, run=run, token=server.token,
-                                           self_node_id=server.node_id)
+        got = await cluster_view.cluster_stacks(job=job_id or None, run=run, token=server.token,
+                                                self_node_id=server.node_id)
         return {"classes": got["classes"], "runs": got["runs"], "errors": got["errors"]}
     except Exception as exc:
         log.exception("raydbg: stacks for a hang event failed")
@@ -137,7 +137,7 @@ async def run_forever(server: AgentServer, hang_after: float) -> None:
     while True:
         await asyncio.sleep(min(hang.check_every_s(hang_after), STRAGGLER_CHECK_S))
         try:
-            beats, _ = await collect.merged_progress(server.token, server.node_id)
+            beats, _ = await cluster_view.merged_progress(server.token, server.node_id)
             sessions = await asyncio.to_thread(registry.sessions)
             now = time.time()
             found = await asyncio.to_thread(decider.update, beats, sessions, now, still_running)

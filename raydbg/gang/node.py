@@ -1,8 +1,8 @@
-"""One node's WorkerStacks: identify the Ray workers here, then dump them in parallel.
+"""One node's WorkerStacks (agent side, in every node agent): identify the Ray workers here, then dump them in parallel.
 
-A raydbg-activated worker is asked through its stacks thread first (cooperative.ask: no
+A raydbg-activated worker is asked through its stacks thread first (cooperative_agent.ask_snapshot: no
 ptrace stop, no process started; all at once), unless the request wants native frames or
-cooperative=False. py-spy for the others, and for a worker whose thread did not answer
+use_thread=False (`thread=0`). py-spy for the others, and for a worker whose thread did not answer
 (unless turned off: RAYDBG_STACKS_PYSPY=0 on the agent, or pyspy=False in the request),
 16 at a time. The cooperative signal handler when py-spy fails (no ptrace rights: then
 `pyspy_error` says why) or is off. A worker whose stacks cannot be taken carries an
@@ -15,7 +15,7 @@ import asyncio
 import os
 from typing import Any
 
-from raydbg.gang import cooperative, pyspy, worker_labels
+from raydbg.gang import cooperative_agent, pyspy, worker_labels
 
 PARALLEL = 16  # py-spy processes at once: each stops its target for a few ms
 # --native is CPU work (unwinding and symbolizing torch's libraries): more at once than cores
@@ -38,43 +38,43 @@ def mark_paused(threads: list[dict[str, Any]], paused_ids: list[Any]) -> None:
         t["paused"] = bool(t.get("paused")) or int(t.get("thread_id") or 0) in paused
 
 
-async def worker_stacks(w: dict[str, Any], native: bool, use_pyspy: bool,
+async def worker_stacks(worker: dict[str, Any], native: bool, use_pyspy: bool,
                         timeout: float = pyspy.DEFAULT_TIMEOUT_S, *, use_thread: bool = True,
                         pyspy_slots: asyncio.Semaphore | None = None) -> dict[str, Any]:
     """Fill `w` (an identity) with threads and source; `error` when no source worked."""
     errors: list[str] = []
     pyspy_error: str | None = None
-    pid = int(w["pid"])
-    if use_thread and not native and cooperative.listening(pid):
+    pid = int(worker["pid"])
+    if use_thread and not native and cooperative_agent.listening(pid):
         try:
-            snap = await cooperative.ask_snapshot(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
-            w["threads"], w["source"], w["cooperative_format"] = snap["threads"], "cooperative", "thread"
+            snap = await cooperative_agent.ask_snapshot(pid, timeout=min(timeout, THREAD_TIMEOUT_S))
+            worker["threads"], worker["source"], worker["cooperative_format"] = snap["threads"], "cooperative", "thread"
             for key in ("collectives", "process_groups", "p2p_waits"):  # a rank's wait-for graph inputs
                 if snap.get(key) is not None:
-                    w[key] = snap[key]
-            worker_labels.apply_labels(w, {k: v for k, v in (snap.get("train") or {}).items() if w.get(k) is None})
+                    worker[key] = snap[key]
+            worker_labels.apply_labels(worker, {k: v for k, v in (snap.get("train") or {}).items() if worker.get(k) is None})
         except pyspy.StackError as exc:
             errors.append(str(exc))
-    if use_pyspy and "threads" not in w:
+    if use_pyspy and "threads" not in worker:
         try:
             async with pyspy_slots or asyncio.Semaphore(1):
                 took = max(timeout, pyspy.NATIVE_TIMEOUT_S) if native else timeout
-                w["threads"], w["source"] = await pyspy.dump(pid, native, took), "py-spy"
+                worker["threads"], worker["source"] = await pyspy.dump(pid, native, took), "py-spy"
         except pyspy.StackError as exc:
             errors.append(pyspy_error := str(exc))
-    if "threads" not in w:
+    if "threads" not in worker:
         try:
-            threads, how = await cooperative.request(pid, timeout=min(timeout, 3.0))
-            w["threads"], w["source"], w["cooperative_format"] = threads, "cooperative", how
+            threads, how = await cooperative_agent.request(pid, timeout=min(timeout, 3.0))
+            worker["threads"], worker["source"], worker["cooperative_format"] = threads, "cooperative", how
             if pyspy_error:
-                w["pyspy_error"] = pyspy_error  # why the fallback answered (e.g. no ptrace rights)
+                worker["pyspy_error"] = pyspy_error  # why the fallback answered (e.g. no ptrace rights)
         except (pyspy.StackError, OSError) as exc:
             errors.append(str(exc))
-    if "threads" not in w:
-        w.update(threads=[], source=None, error="; ".join(errors))
-    mark_paused(w["threads"], w.pop("paused_threads", []))
-    w.pop("idle_worker", None)
-    return w
+    if "threads" not in worker:
+        worker.update(threads=[], source=None, error="; ".join(errors))
+    mark_paused(worker["threads"], worker.pop("paused_threads", []))
+    worker.pop("idle_worker", None)
+    return worker
 
 
 async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = None, job: str | None = None,
@@ -103,5 +103,5 @@ async def node_stacks(node_id: str, node_ip: str, *, pids: set[int] | None = Non
                                       for w in ids)))
     if run is not None:
         out = [w for w in out if _in_run(w, run)]
-    await asyncio.to_thread(cooperative.prune)  # files of workers that died since the last request
+    await asyncio.to_thread(cooperative_agent.prune)  # files of workers that died since the last request
     return out

@@ -1,7 +1,7 @@
-"""`raydbg pause` inside a worker: stop the thread doing the work at its next line of user code.
+"""`raydbg pause` inside a worker (worker side): stop the thread doing the work at its next line of user code.
 
-The stacks thread (cooperative.py) calls `request()` when the node's agent asks. The thread
-chosen is the one a stack class is decided by (classes.main_thread: a Train rank's training
+The stacks thread (cooperative_worker.py) calls `request()` when the node's agent asks. The thread
+chosen is the one a stack class is decided by (stack_classes.main_thread: a Train rank's training
 thread, else the one with the most user frames). It is armed (worker/thread_trace.py) and
 stops at its next line in a frame of user code (raydbg/user_code.py's rule with this worker's
 roots: the job's own package counts wherever it is installed; a generated `<string>` frame or a
@@ -24,7 +24,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from raydbg import config, registry
-from raydbg.gang import classes, own_threads
+from raydbg.gang import own_threads, stack_classes
 from raydbg.gang.frames import user_frames
 from raydbg.worker import resume, session, thread_trace, user_roots
 
@@ -77,7 +77,7 @@ class _Pending:
 
 def request() -> dict[str, Any]:
     """Arm the work thread; the answer the agent relays: {"thread": name} or {"error": why}."""
-    chosen = classes.main_thread({"threads": own_threads.threads(skip_self=True)})
+    chosen = stack_classes.main_thread({"threads": own_threads.threads(skip_self=True)})
     if chosen is None or (chosen.get("idle") and not user_frames(chosen.get("frames") or [])):
         return {"error": "no thread of this worker runs Python work now (it waits for a task): nothing to pause"}
     if chosen.get("paused"):
@@ -126,7 +126,7 @@ def _watch(pending: _Pending, armed: thread_trace.Armed) -> None:
     while not armed.fired.wait(resume.poll_s()):
         try:
             still_listed, readable = registry.lookup(registry.SESSION + listed.id)
-            continued = registry.get_bytes(resume_key) is not None
+            continued = resume.requested(listed)
         except Exception:
             continue  # GCS busy: ask again next round
         expired = deadline is not None and time.monotonic() >= deadline

@@ -1,4 +1,4 @@
-"""This process's threads as the stacks contract's dicts: id, name, paused by raydbg, idle, frames innermost first.
+"""This worker's threads as the stacks contract's dicts: id, name, paused by raydbg, idle, frames innermost first (worker side).
 
 A frame the worker's user-code roots make the user's, where its path alone would not (the
 team's trainer installed in site-packages), carries `"user": true` (raydbg/user_code.py).
@@ -11,17 +11,14 @@ import threading
 from typing import Any
 
 from raydbg.gang.frames import Frame, looks_idle
-from raydbg.worker import user_roots
+from raydbg.worker import paused_threads, user_roots
 
 
 def threads(interrupted: Any = None, skip_self: bool = False) -> list[dict[str, Any]]:
     """`interrupted`: the frame a signal handler interrupted, for the calling thread's stack;
     `skip_self`: leave the calling thread out (the stacks thread, taking the snapshot)."""
     roots = user_roots.current()
-    paused: set[int] = set()
-    debugger = sys.modules.get("raydbg.worker.debugger")
-    if debugger is not None:
-        paused = set(getattr(debugger, "_paused_threads", ()))
+    paused = paused_threads.current()
     known = {t.ident: t for t in threading.enumerate()}
     me = threading.get_ident()
     out = []

@@ -1,6 +1,7 @@
-"""Pause groups: which sessions form a group, and what `raydbg continue X` names (pure, records as dicts).
+"""Pause groups on the gateway: which sessions form a group, and what `raydbg continue X` names (pure, records as dicts).
 
-The resume requests `continue` writes are the worker's protocol (raydbg/worker/resume.py).
+A rank joins its group in the worker (raydbg/worker/pause_group.py); the resume requests
+`continue` writes are the worker's protocol (raydbg/worker/resume.py).
 """
 
 from __future__ import annotations
@@ -44,3 +45,11 @@ def resolve(target: str, sessions: list[dict[str, Any]]) -> tuple[str, list[str]
     if any(str(r.get("id")) == target for r in sessions):
         return "session", [target]
     return "", []
+
+
+def bulk_targets(sessions: list[dict[str, Any]], job: str | None) -> tuple[list[str], list[str]]:
+    """The session ids and pause groups a bulk continue resumes: `job`'s (None: every job's)."""
+    chosen = [r for r in sessions if r.get("id") and (job is None or str(r.get("job_id") or "") == job)]
+    ids = [str(r["id"]) for r in chosen]
+    groups = sorted({str(r["group"]) for r in chosen if r.get("group")})
+    return ids, groups

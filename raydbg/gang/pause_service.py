@@ -4,7 +4,7 @@
   POST /api/v1/pause       {"target": T, "job": ID, "wait_s": S}   the gateway: any node's
 
 A worker is paused only if it runs as this agent's user and is raydbg-activated (it has a
-stacks thread, which takes the request: cooperative.py, on_demand.py). The gateway answers
+stacks thread, which takes the request: cooperative_worker.py, on_demand.py). The gateway answers
 once the worker's session (or its snapshot, for a thread blocked in C) is listed, or after
 `wait_s` with `session: null`.
 """
@@ -22,7 +22,7 @@ import psutil
 
 from raydbg import dial, registry
 from raydbg.api_errors import BadRequest, Conflict, Forbidden, NotFound
-from raydbg.gang import collect, cooperative, pause_target
+from raydbg.gang import cluster_view, cooperative_agent, pause_target
 from raydbg.gang.pyspy import StackError
 from raydbg.schema import PauseAnswer
 
@@ -51,11 +51,11 @@ async def pause_local(pid: int) -> dict[str, Any]:
     if owner != os.getuid():
         raise Forbidden(f"pid {pid} runs as {_user(owner)}: raydbg pauses only its own "
                                 f"user's workers ({_user(os.getuid())})")
-    if not cooperative.listening(pid):
+    if not cooperative_agent.listening(pid):
         raise Conflict(f"pid {pid} is not a raydbg-activated worker (no stacks thread): "
                                 f"run the job with RAY_DEBUG=1")
     try:
-        answer = await cooperative.ask_pause(pid, NODE_TIMEOUT_S)
+        answer = await cooperative_agent.ask_pause(pid, NODE_TIMEOUT_S)
     except StackError as exc:
         raise Conflict(str(exc)) from None
     if answer.get("error"):
@@ -68,11 +68,11 @@ async def _find(target: pause_target.Target, job: str | None, token: str,
     """Ranks and pids from the progress beats (cheap); a class, or a pid that never beat,
     from the stacks report."""
     if target.kind != "class":
-        beats, _ = await collect.merged_progress(token, node_id)
+        beats, _ = await cluster_view.merged_progress(token, node_id)
         found = pause_target.from_beats(target, [b for b in beats if not job or b.get("job_id") == job])
         if found is not None:
             return found
-    report = await collect.cluster_stacks(job=job, token=token, self_node_id=node_id, use_pyspy=False)
+    report = await cluster_view.cluster_stacks(job=job, token=token, self_node_id=node_id, use_pyspy=False)
     found = pause_target.from_stacks(target, report)
     if found is None:
         raise NotFound(pause_target.not_found(target))

@@ -1,4 +1,4 @@
-"""Python stacks of one process with py-spy (`py-spy dump --json`), parsed into WorkerStacks threads."""
+"""Python stacks of one process with py-spy (`py-spy dump --json`), parsed into WorkerStacks threads (agent side)."""
 
 from __future__ import annotations
 

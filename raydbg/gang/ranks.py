@@ -1,6 +1,6 @@
 """Which ranks a paused Train rank holds, and rank lists as text (pure: records and stacks as dicts).
 
-`raydbg list` (raydbg/cli.py) and the TUI's sessions pane both show them; the stacks
+`raydbg list` (raydbg/commands/list_sessions.py) and the TUI's sessions pane both show them; the stacks
 answer they read is the gateway's `GET /api/v1/stacks` (docs/hangs.md).
 """
 

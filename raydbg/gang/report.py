@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from raydbg.gang import classes, frames
+from raydbg.gang import frames, stack_classes
 from raydbg.gang.ranks import rank_ranges
 from raydbg.telemetry.attempts import attempt_line
 
@@ -36,7 +36,7 @@ def run_lines(run: dict[str, Any], workers: list[dict[str, Any]]) -> list[str]:
     size = run["world_size"]
     lines = [f"run {run['run']}  world size {size}  (job {run['job_id']})"]
     lines += [f"  {attempt_line(a)}" for a in run.get("attempts") or []]  # Train's restarts, oldest first
-    for cls in classes.group(members):
+    for cls in stack_classes.group(members):
         ranks = [int(m["world_rank"]) for m in cls["members"]]
         tag = "  [in a collective]" if cls["in_collective"] else ""
         lines.append(f"  {_ranks(ranks)} ({len(ranks)}/{size}): {cls['summary']}{tag}")
@@ -68,18 +68,18 @@ def other_lines(workers: list[dict[str, Any]]) -> list[str]:
         return []
     by_id = {(w.get("node_id"), w.get("pid")): w for w in rest}
     lines = [f"other workers ({len(rest)})"]
-    for cls in classes.group(rest):
+    for cls in stack_classes.group(rest):
         names = [_worker_name(by_id[(m["node_id"], m["pid"])]) for m in cls["members"]]
         shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
         lines.append(f"  {cls['count']}/{cls['total']} {shown}: {cls['summary']}")
     return lines
 
 
-def thread_lines(w: dict[str, Any]) -> list[str]:
-    lines = [f"{_worker_name(w)} on {w.get('node_ip') or w.get('node_id')}"
-             + (f" rank {w['world_rank']}" if w.get("world_rank") is not None else "")
-             + f" ({w.get('source')})"]
-    for t in w.get("threads") or []:
+def thread_lines(worker: dict[str, Any]) -> list[str]:
+    lines = [f"{_worker_name(worker)} on {worker.get('node_ip') or worker.get('node_id')}"
+             + (f" rank {worker['world_rank']}" if worker.get("world_rank") is not None else "")
+             + f" ({worker.get('source')})"]
+    for t in worker.get("threads") or []:
         state = " paused" if t.get("paused") else (" idle" if t.get("idle") else "")
         lines.append(f"  thread {t.get('name')}{state}")
         for f in t.get("frames") or []:

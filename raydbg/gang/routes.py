@@ -1,6 +1,6 @@
 """The gang feature's HTTP routes on every agent: stacks, progress, continue and pause groups; the gateway's hang detector.
 
-  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1   this node's WorkerStacks
+  GET  /api/v1/node/stacks?pids=1,2&job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1   this node's WorkerStacks and progress beats
   GET  /api/v1/stacks?job=ID&run=NAME&native=0|1&pyspy=0|1&thread=0|1                 the whole cluster, grouped (gateway)
        (thread=0: activated workers' stacks threads not asked, py-spy for every worker)
   POST /api/v1/node/pause              {"pid": N}: pause this node's worker N (raydbg pause; pause_service.py)
@@ -26,7 +26,7 @@ from aiohttp import web
 from raydbg import _ray_internals, progress_records, registry, validate
 from raydbg.agent.server import AgentServer, json_body
 from raydbg.api_errors import BadRequest, NotFound, Unavailable
-from raydbg.gang import collect, hang_service, node, pause, pause_service, stragglers
+from raydbg.gang import cluster_view, hang_service, node, pause, pause_service, stragglers
 from raydbg.telemetry import attempts
 from raydbg.worker import resume
 
@@ -64,14 +64,6 @@ def bulk_scope(body: Any) -> str | None:
     return job
 
 
-def bulk_targets(sessions: list[dict[str, Any]], job: str | None) -> tuple[list[str], list[str]]:
-    """The session ids and pause groups a bulk continue resumes: `job`'s (None: every job's)."""
-    chosen = [r for r in sessions if r.get("id") and (job is None or str(r.get("job_id") or "") == job)]
-    ids = [str(r["id"]) for r in chosen]
-    groups = sorted({str(r["group"]) for r in chosen if r.get("group")})
-    return ids, groups
-
-
 def register(agent: AgentServer, app: web.Application) -> None:
     """The gang's routes on `agent`'s app; on the gateway, also the hang detector for the app's life."""
     app.add_routes(stack_routes(agent) + resume_and_progress_routes(agent) + pause_routes(agent))
@@ -89,10 +81,11 @@ def stack_routes(agent: AgentServer) -> list[web.RouteDef]:
             run=request.query.get("run") or None,
             native=_flag(request, "native", False), use_pyspy=_flag(request, "pyspy", True),
             use_thread=_flag(request, "thread", True))
-        return web.json_response({"node_id": agent.node_id, "workers": workers})
+        beats = await asyncio.to_thread(progress_records.read_all)  # for the gateway's progress ages
+        return web.json_response({"node_id": agent.node_id, "workers": workers, "progress": beats})
 
     async def cluster_stacks(request: web.Request) -> web.Response:
-        answer = await collect.cluster_stacks(
+        answer = await cluster_view.cluster_stacks(
             job=request.query.get("job") or None, run=request.query.get("run") or None,
             native=_flag(request, "native", False), token=agent.token, self_node_id=agent.node_id,
             use_pyspy=_flag(request, "pyspy", True), use_thread=_flag(request, "thread", True))
@@ -151,7 +144,7 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
     async def continue_many(request: web.Request) -> web.Response:
         job = bulk_scope(await json_body(request, BULK_BODY))
         sessions = await asyncio.to_thread(registry.sessions)
-        ids, gids = bulk_targets(sessions, job)
+        ids, gids = pause.bulk_targets(sessions, job)
         if not ids:
             where = f"of job {job}" if job is not None else "on the cluster"
             raise NotFound(f"no paused session {where}: see `raydbg list`")
@@ -176,13 +169,13 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
     async def progress_all(request: web.Request) -> web.Response:
         if not agent.is_head:
             raise NotFound("not the gateway")
-        beats, errors = await collect.merged_progress(agent.token, agent.node_id)
+        beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         return web.json_response({"progress": beats, "errors": errors})
 
     async def steps(request: web.Request) -> web.Response:
         if not agent.is_head:
             raise NotFound("not the gateway")
-        beats, errors = await collect.merged_progress(agent.token, agent.node_id)
+        beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         runs = stragglers.steps_view(beats, time.time(), job=request.query.get("job") or None,
                                      run=request.query.get("run") or None)
         return web.json_response({"runs": runs, "errors": errors})

@@ -105,30 +105,30 @@ def median_without(ordered: list[float], value: float) -> float:
     return at(n // 2) if n % 2 else (at(n // 2 - 1) + at(n // 2)) / 2
 
 
-def judged_steps(work: dict[int, dict[int, float]], s: Settings) -> list[int]:
-    """The last `s.steps` steps every rank has work for; [] when there are fewer (nothing to judge yet)."""
+def judged_steps(work: dict[int, dict[int, float]], settings: Settings) -> list[int]:
+    """The last `settings.steps` steps every rank has work for; [] when there are fewer (nothing to judge yet)."""
     if len(work) < 2:
         return []
     common = set.intersection(*(set(w) for w in work.values()))
-    last = sorted(common)[-s.steps:]
-    return last if len(last) == s.steps else []
+    last = sorted(common)[-settings.steps:]
+    return last if len(last) == settings.steps else []
 
 
-def judge(ranks: dict[int, dict[str, Any]], s: Settings, run: RunSteps | None = None) -> dict[int, dict[str, Any]]:
-    """The ranks that straggle over the last `s.steps` common steps, with their work against the
+def judge(ranks: dict[int, dict[str, Any]], settings: Settings, run: RunSteps | None = None) -> dict[int, dict[str, Any]]:
+    """The ranks that straggle over the last `settings.steps` common steps, with their work against the
     others' (`describe` adds the rest, for an event)."""
     if len(ranks) < 2:
         return {}
-    run = RunSteps(ranks, newest=s.steps) if run is None else run
+    run = RunSteps(ranks, newest=settings.steps) if run is None else run
     times = run.work
-    last = judged_steps(times, s)
+    last = judged_steps(times, settings)
     if not last:
         return {}
     by_step = {step: sorted(t[step] for t in times.values()) for step in last}
     found = {}
     for rank, mine in times.items():
         medians = [median_without(by_step[step], mine[step]) for step in last]
-        if all(mine[step] > s.factor * med and mine[step] - med >= s.min_extra_s
+        if all(mine[step] > settings.factor * med and mine[step] - med >= settings.min_extra_s
                for step, med in zip(last, medians, strict=True)):
             found[rank] = {
                 "steps": last,

@@ -1,4 +1,4 @@
-"""Who each Ray worker on this node is: job, task or actor, Train run and ranks, paused or not.
+"""Who each Ray worker on this node is (agent side): job, task or actor, Train run and ranks, paused or not.
 
 Sources, cheapest first: the raylet's children and their `ray::` process titles (psutil),
 the progress records activated Train workers write on this node when their process group
@@ -96,10 +96,10 @@ def _progress_records() -> list[dict[str, Any]]:
         return []
 
 
-def apply_labels(w: dict[str, Any], labels: dict[str, Any] | None) -> None:
+def apply_labels(worker: dict[str, Any], labels: dict[str, Any] | None) -> None:
     for k, v in (labels or {}).items():
         if v is not None:
-            w[k] = v
+            worker[k] = v
 
 
 def train_labels(runs: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:

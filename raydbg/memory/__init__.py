@@ -5,7 +5,8 @@ The life of a kill, top to bottom (one module each):
   node_memory.py node memory as the kernel judges it (cgroup v2/v1, /proc/meminfo, PSI)
   process_memory.py
                  each process's (RssAnon, USS); kernel_files.py: where both read; gpu.py: NVML
-  work.py        pid -> task or actor, caller, retry budget, function (Ray + node files)
+  worker_tasks.py
+                 pid -> task or actor, caller, retry budget, function (Ray + node files)
   learn.py       what each function's tasks reach on this node (the one table of peaks)
   policy.py      pure: snapshot -> victims, each with its reason
   monitor.py     the loop: measure, decide, kill (killer.py: the right process), record

@@ -1,5 +1,8 @@
 """Retry budgets recorded where tasks are submitted, since Ray's state API does not expose them.
 
+Every side: the submit hook runs in drivers and workers, the monitor and the start gate read,
+the head's agent prunes ended jobs.
+
 `install_submit_hook()` has Ray call `after_submit` once each task submitted from
 this process is submitted (the hook point is Ray's: _ray_internals.wrap_task_submit).
 It then knows the effective `max_retries` and the task id (the returned ObjectRef's

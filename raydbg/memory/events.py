@@ -15,24 +15,24 @@ from raydbg.memory.process_memory import ProcMem
 GiB = 1 << 30
 
 
-def cand_dict(c: Candidate) -> dict[str, Any]:
+def cand_dict(candidate: Candidate) -> dict[str, Any]:
     return {
-        "pid": c.pid,
-        "kind": c.kind,
-        "name": c.name,
-        "memory": c.memory,
-        "gpu_memory": c.gpu_memory,
-        "growth_bps": int(c.growth),
-        "retriable": c.retriable,
-        "retries_left": c.retries_left,
-        "task_id": c.task_id,
-        "actor_id": c.actor_id,
-        "job_id": c.job_id,
-        "attempt": c.attempt,
-        "owner": c.owner,
-        "prior_kills": c.prior_kills,
-        "expected_peak": c.expected_peak,
-        "peak_source": c.peak_source,
+        "pid": candidate.pid,
+        "kind": candidate.kind,
+        "name": candidate.name,
+        "memory": candidate.memory,
+        "gpu_memory": candidate.gpu_memory,
+        "growth_bps": int(candidate.growth),
+        "retriable": candidate.retriable,
+        "retries_left": candidate.retries_left,
+        "task_id": candidate.task_id,
+        "actor_id": candidate.actor_id,
+        "job_id": candidate.job_id,
+        "attempt": candidate.attempt,
+        "owner": candidate.owner,
+        "prior_kills": candidate.prior_kills,
+        "expected_peak": candidate.expected_peak,
+        "peak_source": candidate.peak_source,
     }
 
 
@@ -40,11 +40,11 @@ def kill_event(
     node_id: str,
     mode: str,
     threshold: float,
-    d: Decision,
+    decision: Decision,
     node: NodeMemory,
     growth: float,
     top: list[ProcMem],
-    c: Candidate,
+    candidate: Candidate,
     reason: str,
     round_id: str,
     reaction: float,
@@ -53,17 +53,17 @@ def kill_event(
 ) -> dict[str, Any]:
     """The `memory.kill` (or `memory.dry-run`) event explaining why `c` is the victim.
     `expected`: the most its process or its function's tasks are expected to reach."""
-    what = f"{c.kind} {c.name or '?'}"
+    what = f"{candidate.kind} {candidate.name or '?'}"
     left = (
         "unknown"
-        if c.retries_left is None
-        else ("inf" if c.retries_left < 0 else str(c.retries_left))
+        if candidate.retries_left is None
+        else ("inf" if candidate.retries_left < 0 else str(candidate.retries_left))
     )
     verb = "would kill" if dry else "killed"
     message = (
-        f"{verb} {what} (pid {c.pid}, {c.memory / GiB:.2f} GiB, retries left {left}): "
+        f"{verb} {what} (pid {candidate.pid}, {candidate.memory / GiB:.2f} GiB, retries left {left}): "
         f"node used {node.used / GiB:.2f} of {node.limit / GiB:.2f} GiB, "
-        f"threshold {d.threshold_bytes / GiB:.2f} GiB ({d.trigger}); {reason}"
+        f"threshold {decision.threshold_bytes / GiB:.2f} GiB ({decision.trigger}); {reason}"
     )
     return {
         "id": secrets.token_hex(4),
@@ -74,7 +74,7 @@ def kill_event(
         "details": {
             "round": round_id,
             "mode": mode,
-            "trigger": d.trigger,
+            "trigger": decision.trigger,
             "used": node.used,
             "limit": node.limit,
             "fraction": round(node.fraction, 4),
@@ -82,23 +82,23 @@ def kill_event(
             "cgroup": node.path,
             "psi": node.psi,
             "threshold": threshold,
-            "threshold_bytes": d.threshold_bytes,
-            "target_bytes": d.target_bytes,
-            "need": d.need,
+            "threshold_bytes": decision.threshold_bytes,
+            "target_bytes": decision.target_bytes,
+            "need": decision.need,
             "growth_bps": int(growth),
             "reaction_s": round(reaction, 4),
             "victim": {
-                **cand_dict(c),
+                **cand_dict(candidate),
                 "reason": reason,
                 # What its next attempt is expected to need (the gate holds it until
                 # that fits): at least what it had, at most what its kind reached.
-                "expected_peak": max(c.memory, expected),
+                "expected_peak": max(candidate.memory, expected),
             },
-            "candidates": [cand_dict(x) for x in d.order[:50]],
+            "candidates": [cand_dict(x) for x in decision.order[:50]],
             "top_consumers": [
                 {"pid": p.pid, "name": p.name, "memory": p.memory, "rss": p.rss} for p in top
             ],
-            "decision": d.message,
+            "decision": decision.message,
         },
     }
 

@@ -1,4 +1,4 @@
-"""Kills a chosen worker only if it is still that process: same start time, our uid, our raylet's child.
+"""Kills a chosen worker only if it is still that process: same start time, our uid, our raylet's child (monitor side).
 
 Why: the monitor decides on a snapshot of /proc and kills a moment later. In between
 the chosen worker can exit and its pid go to another process (another user's, or a
@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raydbg.memory.process_memory import ProcMem, parse_stat
-from raydbg.proc_identity import open_pidfd
+from raydbg.memory.process_memory import ProcMem
+from raydbg.proc_identity import open_pidfd, parse_stat
 
 
 class KillRefused(OSError):
@@ -58,14 +58,14 @@ def identity(pid: int, proc: Path = Path("/proc"), uids: bool = True) -> ProcIde
     try:
         stat_text = _read(proc / str(pid) / "stat")
         status = _read(proc / str(pid) / "status") if uids else ""
-        _, ppid, ticks = parse_stat(stat_text)
+        stat = parse_stat(stat_text)
     except (OSError, ValueError, IndexError):
         return None
     found: tuple[int, ...] = ()
     for line in status.splitlines():
         if line.startswith("Uid:"):
             found = tuple(int(x) for x in line.split()[1:])
-    return ProcIdentity(pid, ppid, ticks, found)
+    return ProcIdentity(pid, stat.ppid, stat.start_ticks, found)
 
 
 def is_raylet_of(pid: int, node_id: str, proc: Path = Path("/proc")) -> bool:
@@ -170,7 +170,7 @@ class Killer:
 
 
 class Killable:
-    """A monitor's `Who` (work.Resolver) without the processes its Killer would refuse:
+    """A monitor's `Who` (worker_tasks.Resolver) without the processes its Killer would refuse:
     not a child of the raylet, or refused before. Otherwise a refused top pick would be
     chosen again every round while the node fills up."""
 

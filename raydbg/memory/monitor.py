@@ -1,4 +1,4 @@
-"""The memory monitor loop: measure, decide (policy.py), kill, explain. Hosted by the node agent.
+"""The memory monitor loop: measure, decide (policy.py), kill, explain (monitor side: runs in the monitor's process, service.py).
 
 Everything with side effects is injected (`kill`, `record_event`, `who`, clock) so the
 agent can run it in a thread (`run()`), an asyncio task (`await asyncio.to_thread`
@@ -20,7 +20,6 @@ from typing import Any, Protocol
 
 from raydbg.memory import node_files, settings
 from raydbg.memory.events import Metrics, kill_event
-from raydbg.memory.kernel_files import Roots
 from raydbg.memory.learn import PeakLearner, peaks_path
 from raydbg.memory.node_memory import NodeMeasurer, NodeMemory
 from raydbg.memory.policy import (
@@ -35,7 +34,8 @@ from raydbg.memory.policy import (
 )
 from raydbg.memory.process_memory import ProcMem, scan
 from raydbg.memory.settings import Settings
-from raydbg.memory.work import titles
+from raydbg.memory.worker_tasks import titles
+from raydbg.proc_identity import pid_alive
 
 log = logging.getLogger("raydbg.memory")
 
@@ -62,18 +62,18 @@ class MonitorConfig:
         return cls.of(settings.current())
 
     @classmethod
-    def of(cls, s: Settings) -> MonitorConfig:
+    def of(cls, settings: Settings) -> MonitorConfig:
         return cls(
-            mode=s.monitor,
-            policy=s.policy,
-            refresh_s=s.refresh_s,
-            fast_refresh_s=s.fast_refresh_s,
-            hold_horizon_s=s.hold_horizon_s,
+            mode=settings.monitor,
+            policy=settings.policy,
+            refresh_s=settings.refresh_s,
+            fast_refresh_s=settings.fast_refresh_s,
+            hold_horizon_s=settings.hold_horizon_s,
         )
 
 
 class Who(Protocol):
-    """Turns the node's processes into policy candidates (work.Resolver in production)."""
+    """Turns the node's processes into policy candidates (worker_tasks.Resolver in production)."""
 
     def candidates(
         self, procs: dict[int, ProcMem], growth: dict[int, float]
@@ -84,16 +84,6 @@ def sigkill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def pid_alive(pid: int, roots: Roots | None = None) -> bool:
-    """False once the process is gone or a zombie (its memory is then released)."""
-    roots = roots or Roots()
-    try:
-        text = (roots.proc / str(pid) / "stat").read_text()
-    except OSError:
-        return False
-    return text[text.rfind(")") + 2 : text.rfind(")") + 3] not in ("Z", "X")
-
-
 class Growth:
     """Bytes/s over a short window (least noisy: first vs last sample in the window)."""
 
@@ -101,12 +91,12 @@ class Growth:
         self.window_s = window_s
         self.samples: deque[tuple[float, int]] = deque()
 
-    def add(self, t: float, value: int) -> float:
-        self.samples.append((t, value))
-        while len(self.samples) > 2 and t - self.samples[1][0] >= self.window_s:
+    def add(self, now: float, value: int) -> float:
+        self.samples.append((now, value))
+        while len(self.samples) > 2 and now - self.samples[1][0] >= self.window_s:
             self.samples.popleft()
         (t0, v0) = self.samples[0]
-        return (value - v0) / (t - t0) if t > t0 else 0.0
+        return (value - v0) / (now - t0) if now > t0 else 0.0
 
 
 class MemoryMonitor:
@@ -130,7 +120,7 @@ class MemoryMonitor:
         self.measurer = measurer or NodeMeasurer()
         self.config = config or MonitorConfig.current()
         self.node_id = node_id
-        self.alive = alive or (lambda pid: pid_alive(pid, self.measurer.roots))
+        self.alive = alive or (lambda pid: pid_alive(pid, self.measurer.roots.proc))
         self.clock = clock
         self.on_kill = on_kill
         self.pending: dict[int, float] = {}  # victim pid -> kill time

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from raydbg.private_dir import check_private, open_private, private_dir
+from raydbg.private_dir import check_private, open_private, private_dir, private_name
 
 RECORD_SIZE = 1024  # fixed, padded with spaces: a rewrite always covers the last one
 FLAG_SIZE = 64  # fixed: a reader's map of it never reaches past the end
@@ -48,7 +48,7 @@ def run_dir() -> Path:
     base = os.environ.get("RAYDBG_RUN_DIR")
     found = _run_dirs.get(base)
     if found is None:
-        found = Path(base) if base else _shared_root() / f"raydbg-{os.getuid()}" / "tasks"
+        found = Path(base) if base else _shared_root() / private_name() / "tasks"
         found = _run_dirs[base] = found
     return found
 
@@ -62,7 +62,7 @@ def ensure_run_dir(directory: Path | None = None) -> Path:
     d = directory or run_dir()
     if d not in _checked:
         root = _shared_root()
-        if d == root / f"raydbg-{os.getuid()}" / "tasks":
+        if d == root / private_name() / "tasks":
             private_dir(root, "tasks")
         else:
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -159,7 +159,7 @@ def static_fields(name: str, job_id: str, function_id: str) -> str:
 
 def matches_title(name: str, title: str | None) -> bool:
     """Does a record's task `name` name what the worker's process title (`ray::<task
-    name>`, work.ray_title: up to the first space) says it runs now? A record outlives
+    name>`, worker_tasks.ray_title: up to the first space) says it runs now? A record outlives
     its task; the title does not."""
     if not title:
         return False

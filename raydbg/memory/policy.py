@@ -142,12 +142,12 @@ def _trigger(used: int, limit: int, grows: float, cfg: PolicyConfig) -> str | No
     return None
 
 
-def own_growth(c: Candidate, seconds: float) -> float:
+def own_growth(candidate: Candidate, seconds: float) -> float:
     """Bytes `c` adds within `seconds`: its growth, stopped at its expected peak if it
     is still below it."""
-    g = max(0.0, c.growth) * seconds
-    if c.expected_peak > c.memory:
-        return min(g, float(c.expected_peak - c.memory))
+    g = max(0.0, candidate.growth) * seconds
+    if candidate.expected_peak > candidate.memory:
+        return min(g, float(candidate.expected_peak - candidate.memory))
     return g
 
 
@@ -158,16 +158,16 @@ def grown(snap: Snapshot, seconds: float) -> float:
     return max(0.0, max(0.0, snap.growth) * seconds - beyond)
 
 
-def freed_by(c: Candidate, cfg: PolicyConfig) -> int:
+def freed_by(candidate: Candidate, cfg: PolicyConfig) -> int:
     # A growing victim also stops growing: count its growth until the next round.
-    return c.memory + int(own_growth(c, cfg.project_s))
+    return candidate.memory + int(own_growth(candidate, cfg.project_s))
 
 
-def stage(c: Candidate, idle_first: bool = True) -> int:
+def stage(candidate: Candidate, idle_first: bool = True) -> int:
     """Position in the preference order (see the module docstring): the one ordering."""
-    if c.kind == IDLE:
+    if candidate.kind == IDLE:
         return 0 if idle_first else 3
-    return (1 if c.retriable else 4) + (1 if c.kind == ACTOR else 0)
+    return (1 if candidate.retriable else 4) + (1 if candidate.kind == ACTOR else 0)
 
 
 def _group_key(c: Candidate) -> str:

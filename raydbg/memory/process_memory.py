@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from raydbg.memory.kernel_files import Roots, parse_meminfo, read_text
+from raydbg.proc_identity import parse_stat
 
 try:
     _PAGE = os.sysconf("SC_PAGE_SIZE")
@@ -53,25 +54,15 @@ def boot_time(roots: Roots) -> float:
     return 0.0
 
 
-def parse_stat(text: str) -> tuple[str, int, int]:
-    """/proc/PID/stat -> (comm, ppid, starttime in clock ticks)."""
-    # comm may contain spaces and parentheses: split at the LAST ')'.
-    lpar, rpar = text.find("("), text.rfind(")")
-    comm = text[lpar + 1 : rpar]
-    rest = text[rpar + 2 :].split()
-    # rest[0] is field 3 (state); ppid is field 4, starttime field 22.
-    return comm, int(rest[1]), int(rest[19])
-
-
 def _identity(base: Path, btime: float) -> tuple[str, int, float, int] | None:
     stat = read_text(base / "stat")
     if stat is None:
         return None
     try:
-        comm, ppid, ticks = parse_stat(stat)
+        found = parse_stat(stat)
     except (ValueError, IndexError):
         return None
-    return comm, ppid, btime + ticks / _HZ, ticks
+    return found.comm, found.ppid, btime + found.start_ticks / _HZ, found.start_ticks
 
 
 def read_proc(

@@ -37,6 +37,7 @@ from raydbg.memory.killer import Killable, Killer, find_raylet
 from raydbg.memory.monitor import MemoryMonitor, MonitorConfig
 from raydbg.memory.node_memory import NodeMeasurer
 from raydbg.memory.policy import Candidate
+from raydbg.proc_identity import pid_alive
 
 log = logging.getLogger("raydbg.memory")
 STATUS_KEY = "memory/"  # memory/<node_id> -> monitor status JSON, refreshed every second
@@ -121,7 +122,7 @@ def build(
     from raydbg import _ray_internals, registry
     from raydbg.memory import budgets
     from raydbg.memory.gpu import GpuReader
-    from raydbg.memory.work import GcsView, Resolver
+    from raydbg.memory.worker_tasks import GcsView, Resolver
 
     gcs = _ray_internals.gcs_client(gcs_address)
     budgets.use_client(gcs)  # the registry's client too
@@ -204,16 +205,6 @@ def report_failure(node_id: str, reason: str) -> None:
         log.error("raydbg memory monitor: could not report the failure either: %s", e)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
 def _status_loop(mon: MemoryMonitor, node_id: str, stop: threading.Event) -> None:
     from raydbg import registry
 
@@ -293,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def watch() -> None:
         while not stop.wait(0.5):
-            if not _alive(watched):
+            if not pid_alive(watched):
                 log.info("watched process %d gone; exiting", watched)
                 mon.stop()
                 stop.set()

@@ -155,7 +155,7 @@ def siblings(function_id: str) -> int:
     title); only on the admission path of big functions."""
     if not function_id:
         return 0
-    from raydbg.memory.work import ray_title
+    from raydbg.memory.worker_tasks import ray_title
 
     d = node_files.run_dir()
     try:
@@ -221,7 +221,7 @@ FLAG_REMAP_S = 1.0
 _flag_inode = 0
 _flag_remap_at = 0.0  # time.monotonic() of the next such check
 # How long the quick path may go on from one full check: the record's start stays that
-# check's (work.merge_local allows 0.5 s); a full check every 20 ms cost a busy worker
+# check's (worker_tasks.merge_local allows 0.5 s); a full check every 20 ms cost a busy worker
 # ~6 us a task, spread over the tasks (measured).
 TICKET_S = 0.1
 
@@ -372,7 +372,7 @@ def install() -> bool:
 def worker_setup() -> None:
     """What raydbg's worker setup hook calls: budgets for nested submissions + the start gate."""
     global _flag, _peaks
-    from raydbg.memory.work import node_id_of_self
+    from raydbg.memory.worker_tasks import node_id_of_self
 
     budgets.install_submit_hook()
     node_id = node_id_of_self()

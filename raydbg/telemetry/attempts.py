@@ -123,14 +123,14 @@ def _failure(f: dict[str, Any]) -> str:
     return f"rank {f['world_rank']} on {where}" + (f" (node {node})" if node else "")
 
 
-def attempt_line(a: dict[str, Any]) -> str:
+def attempt_line(attempt: dict[str, Any]) -> str:
     """`attempt 1  06:20:01-06:20:09  8.1s  ERRORED  rank 1 on 10.0.0.5 (node 1a2b..): RuntimeError: boom`."""
-    took = "" if a["duration_s"] is None else f"{a['duration_s']:.1f}s"
-    line = f"attempt {a['number']}  {_clock(a['started'])}-{_clock(a['ended'])}  {took:>7}  {a['status']}"
-    if a["failed"]:
-        line += "  " + ", ".join(_failure(f) for f in a["failed"])
-    if a["error"]:
-        line += f": {a['error']}"
+    took = "" if attempt["duration_s"] is None else f"{attempt['duration_s']:.1f}s"
+    line = f"attempt {attempt['number']}  {_clock(attempt['started'])}-{_clock(attempt['ended'])}  {took:>7}  {attempt['status']}"
+    if attempt["failed"]:
+        line += "  " + ", ".join(_failure(f) for f in attempt["failed"])
+    if attempt["error"]:
+        line += f": {attempt['error']}"
     return line
 
 

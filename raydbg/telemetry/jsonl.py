@@ -1,6 +1,6 @@
 """The embedded default exporter: spans and metric snapshots as JSON lines, one file per process.
 
-Files live in `<session_dir>/raydbg-<uid>/telemetry/<kind>-<pid>.jsonl` (see `raycontext.
+Files live in `<session_dir>/raydbg-<uid>/telemetry/<kind>-<pid>.jsonl` (see `output_dir.
 telemetry_dir`), rotate by size (`.1`, `.2`, ...), and start with a `resource` record.
 Writes happen on export threads only (the span queue's, the metric reader's), never on
 the caller's. Record shapes are documented in docs/telemetry.md.
@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from raydbg.private_dir import open_private
-from raydbg.telemetry import raycontext
+from raydbg.telemetry import output_dir
 
 _NS = 1e-9
 SNAPSHOT_SUFFIX = ".metrics.json"
@@ -155,7 +155,7 @@ class JsonlFile:
     def _open(self, directory: str) -> None:
         if self._fh is not None:
             self._fh.close()
-        raycontext.prepare_dir(directory)
+        output_dir.prepare_dir(directory)
         self.path = os.path.join(directory, self.basename)
         fd = open_private(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         self._fh = os.fdopen(fd, "a", encoding="utf-8")

@@ -34,22 +34,13 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.metrics_core import Metric as PromMetric
 
 from raydbg.private_dir import open_own_file, open_private
-from raydbg.telemetry import raycontext
+from raydbg.proc_identity import pid_alive
+from raydbg.telemetry import output_dir
 from raydbg.telemetry.jsonl import SNAPSHOT_SUFFIX
 from raydbg.telemetry.promconvert import families, target_info
 from raydbg.telemetry.provider import LABEL_RESOURCE_KEYS, SCOPE, state
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _point_data(rec: Mapping[str, Any]) -> Sum | Gauge | Histogram:
@@ -98,7 +89,7 @@ def _node_data(directory: str, skip_pid: int | None) -> Iterator[MetricsData]:
             pid = int(snap.get("resource", {}).get("process.pid", 0))
         except (OSError, ValueError):
             continue
-        if pid == skip_pid or not _alive(pid):
+        if pid == skip_pid or not pid_alive(pid):
             continue  # served live; or dead, and a dead process's gauges would lie
         yield snapshot_to_metrics_data(snap)
 
@@ -126,7 +117,7 @@ def prometheus_text(node: bool = True, directory: str | None = None) -> bytes:
         info = [target_info(rm.resource) for rm in live.resource_metrics[:1]]
     if node:
         plan_dir = state.plan.jsonl_dir if state.plan else os.environ.get("RAYDBG_TELEMETRY_DIR")
-        found = directory or raycontext.telemetry_dir(plan_dir)
+        found = directory or output_dir.telemetry_dir(plan_dir)
         datas.extend(_node_data(found, os.getpid() if reader is not None else None))
     return generate_latest(_Families(info + families(datas, LABEL_RESOURCE_KEYS)))
 

@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SpanExporter
 
 from raydbg import _ray_internals
-from raydbg.telemetry import raycontext
+from raydbg.telemetry import output_dir, ray_attributes
 from raydbg.telemetry.bounded import BoundedSpanProcessor
 from raydbg.telemetry.jsonl import JsonlFile, JsonlMetricExporter, JsonlSpanExporter
 from raydbg.telemetry.settings import Plan, read_plan
@@ -85,7 +85,7 @@ def _metric_exporter(
 
 
 def _resource(kind: str) -> Resource:
-    attrs = raycontext.resource_attributes(kind)
+    attrs = ray_attributes.resource_attributes(kind)
     if os.environ.get("OTEL_SERVICE_NAME"):
         attrs.pop("service.name")  # the user's name wins
     return Resource.create(attrs)
@@ -95,7 +95,7 @@ class _RayAttributes(SpanProcessor):
     """Stamps every span with the Ray job/node/task/actor/rank it ran under."""
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
-        attrs = raycontext.span_attributes()
+        attrs = ray_attributes.span_attributes()
         if attrs:
             span.set_attributes(attrs)
 
@@ -109,8 +109,8 @@ def build(plan: Plan, kind: str) -> State:
         if built.jsonl is None:
             built.jsonl = JsonlFile(
                 f"{kind}-{os.getpid()}.jsonl",
-                lambda: raycontext.session_telemetry_dir(plan.jsonl_dir),
-                raycontext.fallback_dir(),
+                lambda: output_dir.session_telemetry_dir(plan.jsonl_dir),
+                output_dir.fallback_dir(),
                 dict(resource.attributes),
                 plan.jsonl_max_bytes,
                 plan.jsonl_backups,
@@ -189,7 +189,7 @@ def setup(kind: str | None = None) -> bool:
             log.warning("raydbg telemetry: %s", w)
         if not plan.enabled:
             return False
-        built = build(plan, kind or raycontext.process_kind())
+        built = build(plan, kind or ray_attributes.process_kind())
         _install_globals(built)
         built.generation = state.generation + 1
         built.auto = True

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from raydbg import private_dir
-from raydbg.telemetry import raycontext
+from raydbg.telemetry import output_dir
 
 
 def default_dirs() -> list[str]:
@@ -30,7 +30,7 @@ def default_dirs() -> list[str]:
         dirs.append(str(private_dir.session_path(latest, "telemetry")))
     except (OSError, ValueError):
         pass
-    dirs.append(raycontext.fallback_dir())
+    dirs.append(output_dir.fallback_dir())
     return [d for d in dict.fromkeys(dirs) if os.path.isdir(d)]
 
 

@@ -17,7 +17,7 @@ from raydbg import records
 from raydbg.client import GatewayError
 from raydbg.dap import DapError, DapException
 from raydbg.tui.console import ConsoleView, HistoryInput
-from raydbg.tui.debugger import DebugController, is_local
+from raydbg.tui.debug_controller import DebugController, is_local
 from raydbg.tui.format import last_line
 from raydbg.tui.gateway import TuiGateway
 from raydbg.tui.messages import DapClosed, DapEvent, EvaluateRequested, FrameSelected

@@ -15,11 +15,11 @@ NODE_COLUMNS = ("node", "memory", "gpu", "workers", "agent")
 EVENT_COLUMNS = ("time", "kind", "node", "message")
 
 
-def human_bytes(n: float | None) -> str:
+def human_bytes(size: float | None) -> str:
     """1536 -> '1.5K'; binary units, short enough for a table cell."""
-    if n is None:
+    if size is None:
         return "?"
-    value = float(n)
+    value = float(size)
     for unit in ("B", "K", "M", "G", "T"):
         if abs(value) < 1024 or unit == "T":
             return f"{value:.0f}{unit}" if unit == "B" else f"{value:.1f}{unit}"

@@ -25,7 +25,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer, Static
 
-from raydbg.gang import classes, frames
+from raydbg.gang import frames, stack_classes
 from raydbg.gang.ranks import rank_ranges
 from raydbg.tui.messages import AttachRequested, PauseAnswered, StacksUpdated, StepsUpdated
 from raydbg.tui.row_table import RowTable, set_border_title
@@ -303,7 +303,7 @@ class GangScreen(Screen[None]):
     def show_target(self, target: str) -> None:
         self.target = target
         self.shown_workers = members_of(self.answer, target)
-        self.shown = classes.group(self.shown_workers)
+        self.shown = stack_classes.group(self.shown_workers)
         table = self.query_one("#gang-classes", RowTable)
         table.set_rows(class_rows(self.shown, self.shown_workers))
         set_border_title(table, f"Stack classes of {target} ({len(self.shown)})")

@@ -54,9 +54,9 @@ def breakpoint_here(frame: FrameType, all_ranks: bool) -> None:
     if sys.breakpointhook is not breakpointhook:
         sys.breakpointhook()  # raydbg not active here (e.g. the driver): the ordinary hook
         return
-    from raydbg.worker import session, train
+    from raydbg.worker import pause_group, session
 
-    with train.pausing_all_ranks(all_ranks):
+    with pause_group.pausing_all_ranks(all_ranks):
         try:
             session.pause(frame, "breakpoint")
         except Exception:

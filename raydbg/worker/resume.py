@@ -22,7 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from raydbg import registry
-from raydbg.worker import debugger
+from raydbg.worker import debugpy_control, paused_threads
 
 if TYPE_CHECKING:  # msgspec is imported where a record is written
     from raydbg.schema import SessionRecord
@@ -81,7 +81,8 @@ def poll_s() -> float:
         return 0.5
 
 
-def _requested(rec: SessionRecord) -> bool:
+def requested(rec: SessionRecord) -> bool:
+    """Has `raydbg continue` asked for this session (its own key, or its pause group's)?"""
     keys = [session_key(rec.id)]
     if rec.group:
         keys.append(group_key(rec.group))
@@ -104,7 +105,7 @@ class _Watcher:
         interval = poll_s()
         while not self.stopped.wait(interval):
             try:
-                if not self.requested.is_set() and _requested(self.rec):
+                if not self.requested.is_set() and requested(self.rec):
                     log.warning("raydbg: session %s continued by request", self.rec.id)
                     self.requested.set()
                 if self.requested.is_set():
@@ -124,8 +125,8 @@ def _resume_suspended(ours: threading.Thread) -> None:
 
     if set_additional_thread_info(ours).pydev_state != STATE_SUSPEND:
         return
-    # Threads of other raydbg sessions in this worker (debugger.py keeps that set).
-    others_paused = set(getattr(debugger, "_paused_threads", ())) - {ours.ident}
+    # Threads of other raydbg sessions in this worker.
+    others_paused = set(paused_threads.current()) - {ours.ident}
     for t in pydevd_utils.get_non_pydevd_threads():
         if t is not ours and t.ident in others_paused:
             continue  # another raydbg session: its own continue resumes it
@@ -168,7 +169,7 @@ def wait_for_client(rec: SessionRecord, timeout: float | None, poll: float = 0.0
     while True:
         if w.requested.is_set():
             return "resumed"
-        if debugger.client_attached():
+        if debugpy_control.client_attached():
             return "attached"
         if deadline is not None and time.monotonic() >= deadline:
             return "timeout"

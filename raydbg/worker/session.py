@@ -13,7 +13,14 @@ from typing import TYPE_CHECKING
 from raydbg import config, ray_context, registry
 from raydbg.records import new_session_id
 from raydbg.validate import EXC_MESSAGE_CHARS, EXC_TRACEBACK_CHARS, MAX_TEXT, cap_text
-from raydbg.worker import debugger, listeners, resume, snapshot, train, user_roots
+from raydbg.worker import (
+    debugpy_control,
+    listeners,
+    pause_group,
+    resume,
+    snapshot,
+    user_roots,
+)
 
 if TYPE_CHECKING:  # msgspec and the structs are imported at the first pause, not at setup
     from raydbg.schema import SessionRecord
@@ -56,7 +63,7 @@ def _safe_str(exc: BaseException) -> str:
         return f"<{type(exc).__name__}: str() failed>"
 
 
-def build_record(frame: FrameType, reason: str, exc_info: debugger.ExcInfo | None,
+def build_record(frame: FrameType, reason: str, exc_info: debugpy_control.ExcInfo | None,
                  thread: threading.Thread | None = None, session_id: str | None = None) -> SessionRecord:
     """The record of a pause of `thread` (the calling one if None) at `frame`; for an exception,
     where it shows in the user's code: the innermost traceback entry in a file of the
@@ -117,7 +124,7 @@ def withdraw(rec: SessionRecord) -> None:
     registry.delete(registry.SESSION + rec.id)
 
 
-def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcInfo | None = None,
+def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugpy_control.ExcInfo | None = None,
           breakpoint_id: str | None = None, session_id: str | None = None) -> bool:
     """Pause this thread at `frame` for a remote client; False if nobody came in time.
 
@@ -126,7 +133,7 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
     """
     rec = build_record(frame, reason, exc_info, session_id=session_id)
     rec.breakpoint_id = breakpoint_id
-    train.assign_group(rec)  # pause-all: one group id across the run's ranks
+    pause_group.assign_group(rec)  # pause-all: one group id across the run's ranks
     _publish(rec)  # listed at once, before the debugger has started
     for listener in listeners.ON_PAUSE:
         listener(rec)
@@ -145,7 +152,7 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
     finally:
         resume.done(rec)
         if rec.socket:
-            debugger.close_door()
+            debugpy_control.close_door()
         try:
             registry.delete(registry.SESSION + rec.id)
         except Exception:
@@ -156,20 +163,20 @@ def pause(frame: FrameType, reason: str = "breakpoint", exc_info: debugger.ExcIn
 def _listen(rec: SessionRecord) -> None:
     if config.compat_bind_node_ip():
         # Node IP and loopback: Ray's tooling dials the former, the relay the latter.
-        rec.port = debugger.listen_tcp("0.0.0.0")
+        rec.port = debugpy_control.listen_tcp("0.0.0.0")
         log.warning(
             "raydbg COMPATIBILITY MODE (RAYDBG_COMPAT_BIND_NODE_IP=1): the debugger of worker %s "
             "listens on %s:%s WITHOUT authentication; anyone who can reach this node can run "
             "code in this process while it is paused", rec.pid, rec.node_ip, rec.port,
         )
     else:
-        rec.socket = debugger.open_door()
+        rec.socket = debugpy_control.open_door()
     rec.state = "waiting"
     _publish(rec)
 
 
 def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
-                      exc_info: debugger.ExcInfo | None) -> str:
+                      exc_info: debugpy_control.ExcInfo | None) -> str:
     """Wait for clients until one resumes the thread; the outcome names how it ended."""
     timeout = config.wait_timeout()
     while True:
@@ -182,24 +189,24 @@ def _wait_and_suspend(rec: SessionRecord, frame: FrameType, reason: str,
                 "raydbg: no client attached to session %s within %ss (RAYDBG_WAIT_TIMEOUT); %s",
                 rec.id, timeout, what,
             )
-            _event("session.timeout", rec)
+            _record_timeout(rec)
             metrics().timed_out.add(1, reason=reason)
             return "timed_out"
         rec.state = "attached"
         _publish(rec)
         metrics().attached.add(1, reason=reason)
-        if debugger.suspend(frame, exc_info):
+        if debugpy_control.suspend(frame, exc_info):
             return "resumed"
         rec.state = "waiting"  # the client left without seeing this stop
         _publish(rec)
 
 
-def _event(kind: str, rec: SessionRecord) -> None:
+def _record_timeout(rec: SessionRecord) -> None:
     from raydbg.schema import SessionEventDetails
 
     try:
         registry.record_event(
-            kind, f"session {rec.id} ({rec.function} at {rec.file}:{rec.line}) timed out",
+            "session.timeout", f"session {rec.id} ({rec.function} at {rec.file}:{rec.line}) timed out",
             node_id=rec.node_id, details=SessionEventDetails(session=rec.id, pid=rec.pid),
         )
     except Exception:

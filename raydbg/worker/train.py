@@ -1,4 +1,4 @@
-"""Ray Train in activated workers: a pause-proof process-group timeout, pause groups.
+"""Ray Train in activated workers: a pause-proof process-group timeout (pause groups: pause_group.py).
 
 Why the timeout is raised at creation: gloo (and NCCL's watchdog) give each collective
 the timeout the group had when the collective started; extending it later
@@ -14,16 +14,13 @@ when Ray Train's torch backend is imported, so other workers pay nothing.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import logging
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -31,7 +28,6 @@ log = logging.getLogger("raydbg.worker")
 
 PG_TIMEOUT_ENV = "RAYDBG_TRAIN_PG_TIMEOUT_S"
 DEFAULT_PG_TIMEOUT_S = 24 * 3600
-PAUSE_ENV = "RAYDBG_TRAIN_PAUSE"
 
 
 # --- process-group timeout ----------------------------------------------------------
@@ -181,42 +177,3 @@ def install() -> None:
     when_imported(_ray_internals.TRAIN_FN_UTILS_MODULE, _patch_train_fn_utils)
     when_imported(_ray_internals.DATA_ITERATOR_MODULE, _patch_data_iterator)
     when_imported(_torch_internals.LOADER_MODULE, _patch_torch_loader)
-
-
-# --- pause groups -------------------------------------------------------------------
-_local = threading.local()
-_occurrences: dict[tuple[str, int], int] = {}
-_occ_lock = threading.Lock()
-
-
-@contextmanager
-def pausing_all_ranks(on: bool) -> Iterator[None]:
-    """Within: this thread's pause groups the Train ranks that reach the same line (if `on`)."""
-    _local.all_ranks = on
-    try:
-        yield
-    finally:
-        _local.all_ranks = False
-
-
-def pause_all_requested() -> bool:
-    return bool(getattr(_local, "all_ranks", False)) or (
-        os.environ.get(PAUSE_ENV, "").strip().lower() == "all"
-    )
-
-
-def group_id(job_id: str, run: str, file: str, line: int, occurrence: int) -> str:
-    """Same on every rank that reaches the same line for the same time: 'g' + 11 hex digits."""
-    digest = hashlib.sha1(f"{job_id}\0{run}\0{file}\0{line}\0{occurrence}".encode()).hexdigest()
-    return "g" + digest[:11]
-
-
-def assign_group(rec: Any) -> None:
-    """Give a Train rank's breakpoint session its pause group when pause-all applies."""
-    if rec.reason != "breakpoint" or rec.train_run is None or not pause_all_requested():
-        return
-    # The group key uses the file's base name: ranks may run from different directories.
-    where = (os.path.basename(rec.file), int(rec.line))
-    with _occ_lock:
-        _occurrences[where] = occurrence = _occurrences.get(where, 0) + 1
-    rec.group = group_id(rec.job_id, rec.train_run, where[0], where[1], occurrence)

@@ -26,19 +26,19 @@ class TwoCalls:
     """
 
     def __init__(self, late_n: int = 1, delay: float = 0.5) -> None:
-        from raydbg.worker import debugger
+        from raydbg.worker import debugpy_control
 
         self.late_n = late_n
         late: set[int] = set()
         self.late_threads = late
-        original = debugger.suspend
+        original = debugpy_control.suspend
 
         def late_suspend(frame: Any, exc_info: Any = None) -> bool:
             if threading.get_ident() in late:
                 time.sleep(delay)
             return original(frame, exc_info)
 
-        debugger.suspend = late_suspend
+        debugpy_control.suspend = late_suspend
 
     def work(self, n: int) -> int:
         ident = threading.get_ident()  # the thread ident the session record holds
@@ -54,15 +54,15 @@ class SlowDoor:
     """Its pauses stay listed as `starting` for `delay` s: the debugger's door opens late."""
 
     def __init__(self, delay: float) -> None:
-        from raydbg.worker import debugger
+        from raydbg.worker import debugpy_control
 
-        original = debugger.open_door
+        original = debugpy_control.open_door
 
         def late_door() -> str:
             time.sleep(delay)
             return original()
 
-        debugger.open_door = late_door
+        debugpy_control.open_door = late_door
 
     def work(self, n: int) -> int:
         local_value = n * 2

@@ -439,7 +439,7 @@ def test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets(cluster: s
 
     from raydbg.memory.node_memory import NodeMeasurer
     from raydbg.memory.process_memory import scan
-    from raydbg.memory.work import GcsView, Resolver
+    from raydbg.memory.worker_tasks import GcsView, Resolver
 
     node_id = ray.get_runtime_context().get_node_id()
     named = ray.remote(max_retries=2)(targets.nap).options(name="Nap Named(x.y)").remote(8)

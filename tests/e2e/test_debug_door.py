@@ -31,6 +31,7 @@ from e2e.conftest import (
     raydbg_cli,
     wait_for_session,
 )
+from raydbg.private_dir import private_name
 
 pytestmark = pytest.mark.e2e
 
@@ -135,7 +136,7 @@ def test_nothing_of_ours_in_rays_shared_folders_and_what_is_planted_there_is_ign
     read: the owner's `raydbg list` still reaches the real gateway, the planted address no byte."""
     session = Path(ray._private.worker._global_node.get_session_dir_path())
     assert session.stat().st_mode & 0o7777 == 0o777
-    mine = session / f"raydbg-{os.getuid()}"
+    mine = session / private_name()
     assert not mine.exists()
     with socket.create_server(("127.0.0.1", 0)) as bait:
         bait.settimeout(0.5)
@@ -171,7 +172,7 @@ def test_the_debugger_listens_only_on_a_private_socket_while_paused(ray_cluster:
     path = private["socket"]
     assert path and private["port"] is None
     assert "socket" not in rec and "port" not in rec  # the API never shows where it listens
-    assert path.endswith(f"/raydbg-{os.getuid()}/debug/{pid}.sock")
+    assert path.endswith(f"/{private_name()}/debug/{pid}.sock")
     assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
     # No TCP listener was added by the pause: nothing for a local user to dial.
     assert _inet_listeners(pid) == before

@@ -105,7 +105,7 @@ def _check_one_straggler(c: Cluster, gw: Any, run: str, fit: Fit, loader_frame: 
     assert out.returncode == 0, out.stderr
     (shown,) = json.loads(out.stdout)["runs"]
     rows = {r["world_rank"]: r for r in shown["ranks"]}
-    assert [(r, rows[r]["straggler"]) for r in sorted(rows)] == [(0, False), (1, True), (2, False)]
+    assert [(r, rows[r]["straggler"]) for r in sorted(rows)] == [(0, False), (1, True), (2, False)], shown
     # (medians: on a loaded machine any rank is now and then late at a collective by a descheduling)
     assert rows[1]["late_median_s"] > 0.6 * extra and max(rows[r]["late_median_s"] for r in (0, 2)) < 0.25 * extra
     assert min(rows[r]["wait_median_s"] for r in (0, 2)) > 0.6 * extra and rows[1]["wait_median_s"] < 0.25 * extra

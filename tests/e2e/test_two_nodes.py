@@ -23,7 +23,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from e2e import targets
 from e2e.conftest import attach_and_inspect, forward, wait_for_session, wait_gone
 from raydbg import registry
-from raydbg.agent.collector import AGENT_STALE_S
+from raydbg.agent.dead_records import AGENT_STALE_S
 from raydbg.agent_host.actor import HEARTBEAT_S
 
 pytestmark = pytest.mark.e2e

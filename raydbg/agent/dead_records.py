@@ -11,9 +11,8 @@ import logging
 import time
 from typing import Any
 
-import psutil
-
 from raydbg import registry, schema, validate
+from raydbg.proc_identity import pid_alive
 
 log = logging.getLogger("raydbg.agent")
 
@@ -24,7 +23,7 @@ def dead_sessions(records: list[dict[str, Any]], node_id: str, alive_nodes: set[
     for rec in records:
         node = rec.get("node_id")
         if node == node_id:
-            if not psutil.pid_exists(rec["pid"]):  # records are validated: pid is a sane int
+            if not pid_alive(rec["pid"]):  # records are validated: pid is a sane int
                 dead.append(rec)
         elif alive_nodes is not None and node not in alive_nodes:
             dead.append(rec)

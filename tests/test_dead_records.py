@@ -1,10 +1,10 @@
-"""The collector's choice of records to remove: dead workers here, dead nodes' sessions and agents."""
+"""The dead-record collector's choice of records to remove: dead workers here, dead nodes' sessions and agents."""
 
 from __future__ import annotations
 
 import os
 
-from raydbg.agent.collector import AGENT_STALE_S, dead_agents, dead_sessions
+from raydbg.agent.dead_records import AGENT_STALE_S, dead_agents, dead_sessions
 
 HERE, FAR, GONE = "node-here", "node-far", "node-gone"
 

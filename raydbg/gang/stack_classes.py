@@ -60,8 +60,8 @@ def key(worker: Worker) -> tuple[Any, ...]:
     return (paused, stack)
 
 
-def class_id(k: tuple[Any, ...]) -> str:
-    return hashlib.sha1(repr(k).encode()).hexdigest()[:10]
+def class_id(key: tuple[Any, ...]) -> str:
+    return hashlib.sha1(repr(key).encode()).hexdigest()[:10]
 
 
 def _member(w: Worker) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Who is who on a node: worker pids -> task or actor, caller, start time and retry budget.
+"""Who is who on a node (monitor side): worker pids -> task or actor, caller, start time and retry budget.
 
 Sources, cheapest first:
   /proc/PID/cmdline  Ray's process title: `ray::IDLE`, `ray::<task>`, `ray::<Actor>`...
@@ -7,7 +7,7 @@ Sources, cheapest first:
   GCS actor table    actor per pid with max_restarts / num_restarts
   raydbg budget KV   max_retries per function (+ per call where it differs) and caller,
                      recorded at submission (budgets.py)
-`candidates()` joins them (pure, unit-tested); `GcsView` reads the Ray side.
+`join_candidates()` joins them (pure, unit-tested); `GcsView` reads the Ray side.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def retries_left(max_retries: int | None, used: int) -> int | None:
     return max(0, max_retries - used)
 
 
-def candidates(
+def join_candidates(
     procs: dict[int, ProcMem],
     titles: dict[int, str],
     tasks: list[TaskRow],
@@ -273,7 +273,7 @@ class Resolver:
             g = self.gpu.read()
             gpu = g.per_pid if g is not None else {}
         ti = {p: t for p, t in ti.items() if p not in held}
-        out = candidates(procs, ti, tasks, actors, budgets, kills, growth, gpu, self.protect)
+        out = join_candidates(procs, ti, tasks, actors, budgets, kills, growth, gpu, self.protect)
         # The function of each task the gate recorded: joins its learned peak (monitor.py).
         fn_of = {p: str(r["fn"]) for p, r in recs.items() if r.get("fn")}
         return [

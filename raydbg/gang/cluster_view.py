@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from raydbg import _ray_internals, dial, progress_records, registry, schema, validate
-from raydbg.gang import classes, node, pyspy, worker_labels
+from raydbg.gang import node, pyspy, stack_classes, worker_labels
 from raydbg.telemetry import attempts
 
 AGENT_TIMEOUT_S = 15.0  # an agent's stacks: py-spy dumps of every worker on its node
@@ -31,21 +31,20 @@ async def merged_progress(token: str, self_node_id: str) -> tuple[list[dict[str,
     out: list[dict[str, Any]] = list(await asyncio.to_thread(progress_records.read_all))
     answers, errors = await dial.ask_agents("/api/v1/progress/local", token=token, skip_node_id=self_node_id,
                                             timeout_s=PROGRESS_TIMEOUT_S)
-    for beats in answers:  # another node's beats: each a ProgressBeat, or skipped
-        for beat in beats if isinstance(beats, list) else []:
-            try:
-                out.append(validate.check(schema.ProgressBeat, beat, fill=False))
-            except validate.Malformed:
-                continue
+    for beats in answers:
+        out.extend(_valid_beats(beats))
     return out, errors
 
 
-async def _progress(token: str, node_id: str) -> dict[Any, float]:
-    try:
-        recs, _ = await merged_progress(token, node_id)
-        return progress_records.as_progress_map(recs)
-    except Exception:
-        return {}
+def _valid_beats(beats: Any) -> list[dict[str, Any]]:
+    """Another node's beats: each a ProgressBeat, or skipped."""
+    out: list[dict[str, Any]] = []
+    for beat in beats if isinstance(beats, list) else []:
+        try:
+            out.append(validate.check(schema.ProgressBeat, beat, fill=False))
+        except validate.Malformed:
+            continue
+    return out
 
 
 def _query(pids: list[int] | None, job: str | None, run: str | None, native: bool,
@@ -73,10 +72,16 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
     agents = await asyncio.to_thread(registry.agents)
     errors: list[dict[str, Any]] = []
     workers: list[dict[str, Any]] = []
+    # Each node's progress beats come with its stacks (one fan-out): how long ago each rank progressed.
+    beats: list[dict[str, Any]] = []
 
     own = next((a for a in agents if a.get("port") and a.get("node_id") == self_node_id), None)
 
     async def own_node() -> None:
+        try:
+            beats.extend(await asyncio.to_thread(progress_records.read_all))
+        except Exception:
+            pass  # stacks without this node's progress ages
         if own is None:
             return
         try:
@@ -97,9 +102,11 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
                     who = w if isinstance(w, dict) else {}
                     errors.append({"node_id": str(who.get("node_id", "")), "pid": who.get("pid"),
                                    "error": f"malformed stacks record: {exc}"})
+            beats.extend(_valid_beats(body.get("progress") if isinstance(body, dict) else None))
         errors.extend(failed)
 
-    progress, _, _ = await asyncio.gather(_progress(token, self_node_id), own_node(), other_nodes())
+    await asyncio.gather(own_node(), other_nodes())
+    progress = progress_records.as_progress_map(beats)
     try:
         records = await asyncio.wait_for(asyncio.shield(train), TRAIN_WAIT_S)
     except asyncio.TimeoutError:
@@ -117,13 +124,13 @@ async def cluster_stacks(job: str | None = None, run: str | None = None, native:
         if w.get("error"):
             errors.append({"node_id": str(w.get("node_id")), "pid": w.get("pid"), "error": w["error"]})
     dumped = [w for w in workers if w.get("threads")]
-    runs = classes.runs(workers, progress)
+    runs = stack_classes.runs(workers, progress)
     summaries = attempts.summarize(records)
     for r in runs:
         r["attempts"] = attempts.attempts_of(summaries, r["run"], r["job_id"])
     return {
         "workers": workers,
-        "classes": classes.group(dumped),
+        "classes": stack_classes.group(dumped),
         "runs": runs,
         "errors": errors,
         "took_s": round(time.monotonic() - start, 4),

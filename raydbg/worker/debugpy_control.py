@@ -12,6 +12,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from raydbg import debug_socket
+from raydbg.worker import paused_threads
 
 log = logging.getLogger("raydbg.worker")
 
@@ -22,7 +23,6 @@ _port: int | str | None = None  # TCP port in compatibility mode
 _door: debug_socket.Door | None = None
 _open_pauses = 0
 _tracing = False
-_paused_threads: set[int] = set()
 # Called after every thread was untraced (raydbg's 3.11 breakpoint layer puts its tracer back).
 AFTER_UNTRACE: list[Callable[[], None]] = []
 
@@ -223,7 +223,7 @@ def _watch() -> None:
         time.sleep(0.1)
         try:
             with _lock:
-                if _tracing and not _paused_threads and not client_attached():
+                if _tracing and not paused_threads.current() and not client_attached():
                     _untrace_all()
         except Exception:  # never let the watcher die silently mid-session
             log.exception("raydbg: tracing watcher error")
@@ -235,15 +235,6 @@ def _start_watcher() -> None:
     t.pydev_do_not_trace = True  # type: ignore[attr-defined]
     t.is_pydev_daemon_thread = True  # type: ignore[attr-defined]
     t.start()
-
-
-def wait_for_client(timeout: float | None, poll: float = 0.02) -> bool:
-    deadline = None if timeout is None else time.monotonic() + timeout
-    while not client_attached():
-        if deadline is not None and time.monotonic() >= deadline:
-            return False
-        time.sleep(poll)
-    return True
 
 
 def _monitoring_for_steps(py_db: Any, thread_ident: int | None, frame: FrameType) -> None:
@@ -273,7 +264,7 @@ def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
 
     thread = threading.current_thread()
     with _lock:
-        _paused_threads.add(thread.ident or 0)
+        paused_threads.add(thread.ident or 0)
         if not _tracing:
             _trace_on()
     try:
@@ -303,4 +294,4 @@ def suspend(frame: FrameType, exc_info: ExcInfo | None = None) -> bool:
         return pydevd_id in _Resumes.by_client or _Resumes.all_by_client != all_before
     finally:
         with _lock:
-            _paused_threads.discard(thread.ident or 0)
+            paused_threads.discard(thread.ident or 0)
