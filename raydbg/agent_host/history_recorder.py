@@ -5,7 +5,8 @@ happen (every node's memory monitor, the gateway's detectors) but reach the reco
 through this loop, which reads new `event/` keys every POLL_S; session lifecycles come from
 comparing two listings; every SLOW_S, each Train rank's new step times (downsampled to
 one median per rank), each node's memory, Train attempts that changed, and the head's
-new telemetry spans. Entries with no job (a node's memory, a monitor failure) go to every
+new telemetry spans. A Train run's job's record is also written under the run's
+RunConfig(storage_path) once Train's state names it (a second writer, its own files). Entries with no job (a node's memory, a monitor failure) go to every
 job seen in the last ACTIVE_S. Nothing here can fail or slow a job: errors are logged and
 the next round tries again.
 """
@@ -51,6 +52,8 @@ class Recorder:
         self.nodes: set[tuple[str, str]] = set()
         self.spans = spans.SpanTail(output_dir.session_telemetry_dir())
         self.next_slow = 0.0
+        self.copies: dict[str, dict[str, writer.HistoryWriter]] = {}  # job -> storage_path -> its writer
+        self.tried: set[tuple[str, str]] = set()
         import ray
 
         session = os.path.basename(_ray_internals.session_dir() or "").removeprefix("session_")
@@ -75,6 +78,24 @@ class Recorder:
         for j in [job] if job else self.active(now):
             self._job(j, now)
             self.out.add(j, kind, data, ts, record=self.record(j))
+            for copy in self.copies.get(j, {}).values():
+                copy.add(j, kind, data, ts, record=self.record(j))
+
+    def copy_to_storage(self, job: str, run: dict[str, Any]) -> None:
+        """From now on, the job's record also goes under the Train run's RunConfig(storage_path)
+        (`<storage_path>/<run>/raydbg-history/`), where its checkpoints are."""
+        path, name = run.get("storage_path"), str(run.get("run") or "")
+        if not job or not path or not store.JOB_NAME.fullmatch(name) or (job, path) in self.tried:
+            return
+        self.tried.add((job, path))  # once: a place that cannot be opened is said once, not every round
+        try:
+            where = f"{str(path).rstrip('/')}/{name}/raydbg-history"
+            copy = writer.HistoryWriter(store.open_store(where)).start()
+        except Exception as exc:
+            log.warning("raydbg: no copy of job %s's record under %s: %s", job, path, exc)
+            return
+        self.copies.setdefault(job, {})[path] = copy
+        copy.add(job, "job", dict(self.versions, ray_session=self.tag), record=self.record(job))
 
     # --- every POLL_S ----------------------------------------------------------------------------
     def events_and_sessions(self) -> None:
@@ -140,6 +161,7 @@ class Recorder:
         except Exception:
             return  # Train's state is not there (no run yet, or tracking off)
         for run in attempts.summarize(records, now):
+            self.copy_to_storage(run["job_id"] or "", run)
             for a in run["attempts"]:
                 key = (str(run["run_id"]), int(a["number"]))
                 state = (a["status"], a["ended"], len(a["failed"]))

@@ -2,7 +2,8 @@
 `FailureConfig(max_failures=1)` starts a second that finishes. `raydbg stacks --run` (while the
 second attempt runs) and `raydbg goodput` (after) name attempt 1's failed rank, its node and the
 error's first line, and attempt 2's status, from Ray Train's state actor. The job's record
-(`raydbg history`) holds the same attempts and still reads once the cluster is gone."""
+(`raydbg history`, and its copy under the run's storage_path) holds the same attempts and still
+reads once the cluster is gone."""
 
 from __future__ import annotations
 
@@ -116,10 +117,15 @@ def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path, where:
     def both_ended(view: dict[str, Any]) -> bool:
         return any(len(r["attempts"]) == 2 and r["attempts"][1]["status"] == "FINISHED" for r in view["train_runs"])
 
+    status = c.cli("status", timeout=60)
+    assert f"history: recording to {where} (" in status.stdout, status.stdout + status.stderr
     view = shown_until(RUN, where, both_ended)
     (kept,) = view["train_runs"]
     assert [a["status"] for a in kept["attempts"]] == ["ERRORED", "FINISHED"]
     assert kept["attempts"][0]["error"] == f"RuntimeError: {restart_targets.FAILURE}"
+    # A copy beside the run's checkpoints, under its RunConfig(storage_path).
+    copied = shown_until(RUN, tmp_path / RUN / "raydbg-history", both_ended)
+    assert [a["status"] for a in copied["train_runs"][0]["attempts"]] == ["ERRORED", "FINISHED"]
     c.shutdown()  # the cluster is gone (the fixture's shutdown after this one does nothing more)
     after = history("show", RUN, str(where))
     assert after.returncode == 0, after.stderr
