@@ -1,11 +1,11 @@
 """Appends entries to jobs' records from a background thread with a bounded buffer (runs in the gateway agent).
 
 `add()` never blocks and never raises: the job is never slowed or failed by its record. A
-thread flushes every `flush_s`: each job's new lines go to its current segment (one writer
-per file: the segment's name carries this writer's id) and its manifest is rewritten. A
-store that is down is retried with back-off; lines wait in the buffer meanwhile, and
-beyond `max_pending` new ones are dropped and counted (a `gap` entry says how many once
-the store is back). `state()` is what `raydbg status` prints.
+thread flushes every `flush_s` (1 s to a local directory, 5 s to an object store): each job's
+new lines go to its current segment (one writer per file: the segment's name carries this
+writer's id) and its manifest is rewritten. A store that is down is retried with back-off;
+lines wait in the buffer meanwhile, and beyond `max_pending` new ones are dropped and counted
+(a `gap` entry says how many once the store is back). `state()` is what `raydbg status` prints.
 """
 
 from __future__ import annotations
@@ -37,12 +37,13 @@ class _Job:
 
 
 class HistoryWriter:
-    def __init__(self, store: Store, flush_s: float = 5.0, max_pending: int = 20000,
+    def __init__(self, store: Store, flush_s: float | None = None, max_pending: int = 20000,
                  segment_max: int | None = None, segment_age_s: float = 600.0) -> None:
         self.store = store
-        self.flush_s = flush_s
-        self.max_pending = max_pending
         remote = type(store).__name__ != "LocalStore"
+        # A local append is cheap: each second (a dying cluster loses little); an object store: every 5 s.
+        self.flush_s = flush_s or (5.0 if remote else 1.0)
+        self.max_pending = max_pending
         # A remote segment is rewritten whole at each flush: keep it small; a local one is appended to.
         self.segment_max = segment_max or ((1 << 20) if remote else (16 << 20))
         self.segment_age_s = segment_age_s if remote else float("inf")
