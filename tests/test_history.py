@@ -330,3 +330,27 @@ def test_the_same_job_id_in_two_clusters_is_two_records_newest_first(tmp_path: P
     assert [(m["record"], m["job_id"]) for m in reader.jobs(s)] == [("01000000-day2", "01000000"),
                                                                      ("01000000-day1", "01000000")]
     assert reader.resolve(s, "01000000") == "01000000-day2" and reader.resolve(s, "01000000-day1") == "01000000-day1"
+
+
+async def test_the_tui_shows_a_record_read_only(tmp_path: Path) -> None:
+    from tui_support import until
+
+    from raydbg.tui.app import create_app
+    from raydbg.tui.events import EventDetail, EventsPane
+    from raydbg.tui.history_gateway import READ_ONLY, HistoryGateway
+
+    v = _view(tmp_path)
+    v["nodes"] = [{"node_id": "n1", "node_ip": "10.0.0.1", "is_head": True}]
+    gw = HistoryGateway(v)
+    app = create_app(gw, refresh=0.05)
+    async with app.run_test(size=(120, 30)) as pilot:
+        events = app.screen.query_one(EventsPane)
+        await until(pilot, lambda: events.row_count == 2)
+        assert [events.get_row_at(i)[1] for i in range(2)] == ["memory.kill", "hang"]  # newest first
+        events.focus()
+        await pilot.press("enter")
+        assert isinstance(app.screen, EventDetail)
+    assert (await gw.nodes())[0]["memory"] == {"used": 6 << 30, "limit": 8 << 30}
+    with pytest.raises(Exception, match="read-only"):
+        await gw.connect_dap("x")
+    assert READ_ONLY.startswith("a record is read-only")
