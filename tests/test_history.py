@@ -354,3 +354,36 @@ async def test_the_tui_shows_a_record_read_only(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="read-only"):
         await gw.connect_dap("x")
     assert READ_ONLY.startswith("a record is read-only")
+
+
+def test_spans_tailed_from_the_telemetry_files_give_the_live_goodput_table(tmp_path: Path) -> None:
+    from raydbg.history.spans import SpanTail
+    from raydbg.telemetry import goodput
+
+    def span(name: str, a: float, b: float, **attrs: Any) -> dict[str, Any]:
+        return {"type": "span", "name": name, "start": a, "end": b, "duration": b - a, "status": "OK",
+                "attributes": {"train.run.id": "r9", "ray.train.world_rank": 0, **attrs}}
+
+    tel = tmp_path / "telemetry"
+    tel.mkdir(mode=0o700)
+    lines = [{"type": "resource", "attributes": {"process.pid": 10}}, span("t.run", 0, 10), span("t.setup", 0, 1),
+             {"type": "span", "name": "other", "start": 0, "end": 1, "attributes": {}}]
+    lines += [span("t.step", 1 + i, 2 + i, **{"train.step": i}) for i in range(8)]
+    text = "".join(json.dumps(x) + "\n" for x in lines)
+    f = tel / "worker-10.jsonl"
+    f.write_text(text[:-30])  # the last line still being written
+    tail = SpanTail(str(tel))
+    first = tail.new_spans()
+    assert len(first) == 9 and all(s["resource"] == {"process.pid": 10} for s in first)
+    with open(f, "a") as out:
+        out.write(text[-30:])
+    got = first + tail.new_spans()
+    assert len(got) == 10 and tail.new_spans() == []
+    s = store.open_store(str(tmp_path / "h"))
+    w = writer.HistoryWriter(s)
+    for sp in got:
+        w.add(JOB, "span", sp, sp["end"])
+    w.flush()
+    (g,) = view.build(reader.load(s, JOB))["goodput"]
+    assert g["table"] == goodput.table(goodput.compute(goodput.select(got, "r9"), "r9"))  # as `raydbg goodput`
+    assert g["table"] in view.render(view.build(reader.load(s, JOB)))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,8 +25,7 @@ def _can_sandbox() -> str | None:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="cgroups are Linux-only")
-def test_raydbg_kills_newest_retriable_task_before_the_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAYDBG_HISTORY", str(tmp_path / "history"))  # the job's record, read once Ray is gone
+def test_raydbg_kills_newest_retriable_task_before_the_kernel() -> None:
     why = _can_sandbox()
     if why:
         pytest.skip(why)
@@ -54,14 +52,6 @@ def test_raydbg_kills_newest_retriable_task_before_the_kernel(tmp_path: Path, mo
     assert any(not c["retriable"] for c in d["candidates"])  # the actor and the zero-retry call
     assert len(d["top_consumers"]) == 10 and "retriable task" in d["victim"]["reason"]
     assert any("memory-monitor kill (event" in ln for ln in r["raydbg_lines"])
-    # The job's record, read after its cluster is gone: the kill with its explanation.
-    from e2e.history_support import history
-
-    shown = history("show", "01000000", str(tmp_path / "history"), "--json")
-    assert shown.returncode == 0, shown.stderr
-    kept = [e for e in json.loads(shown.stdout)["events"] if e["kind"] == "memory.kill"]
-    assert first["id"] in {e["id"] for e in kept}, kept
-    assert next(e for e in kept if e["id"] == first["id"])["details"]["decision"] == d["decision"]
 
 
 # Four CPUs, but only two `grow` tasks fit beside Ray and the actor: the first wave
