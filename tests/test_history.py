@@ -387,3 +387,10 @@ def test_spans_tailed_from_the_telemetry_files_give_the_live_goodput_table(tmp_p
     (g,) = view.build(reader.load(s, JOB))["goodput"]
     assert g["table"] == goodput.table(goodput.compute(goodput.select(got, "r9"), "r9"))  # as `raydbg goodput`
     assert g["table"] in view.render(view.build(reader.load(s, JOB)))
+
+
+def test_the_size_benchmark_runs() -> None:
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "history_cost.py"), "--ranks", "8", "--hours", "0.02"],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert "MiB per hour" in out.stdout and "steps" in out.stdout, out.stdout

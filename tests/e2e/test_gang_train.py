@@ -141,7 +141,8 @@ def test_without_the_raised_timeout_the_same_pause_kills_the_run(cluster: tuple[
     wait_gone(gw, rec["id"], timeout=60)  # rank 0's worker went with the run
 
 
-def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, Any], tmp_path: Path,
+                                                        history_dir: Path) -> None:
     c, gw = cluster
     # RAYDBG_TRAIN_PAUSE=all in the run's workers (raydbg.breakpoint(all_ranks=True) is unit tested).
     fit = Fit(_trainer(targets.all_ranks_pause, "gang-all", tmp_path, workers=3, env={"RAYDBG_TRAIN_PAUSE": "all"}))
@@ -180,6 +181,25 @@ def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, 
     assert fit.join() == [6.0, 6.0, 6.0]
     for r in members:
         wait_gone(gw, r["id"])
+    # The job's record: each rank's pause (who, where, why) and its end; never a frame's values.
+    from raydbg.history import lifecycle
+
+    ids = {r["id"] for r in members}
+
+    def lifecycles(v: dict[str, Any]) -> list[tuple[str, str]]:
+        return sorted((e["details"].get("session"), e["kind"]) for e in v["events"]
+                      if e["kind"].startswith("session.") and e["details"].get("session") in ids)
+
+    kept = shown_until(members[0]["job_id"], history_dir,
+                       lambda v: {k for _, k in lifecycles(v)} >= {"session.paused", "session.continued"}
+                       and len(lifecycles(v)) >= 6)
+    for sid in ids:
+        assert {k for s, k in lifecycles(kept) if s == sid} >= {"session.paused", "session.continued"}
+    paused = [e for e in kept["events"] if e["kind"] == "session.paused" and e["details"].get("session") in ids]
+    assert {e["details"]["train_rank"] for e in paused} == {0, 1, 2}
+    assert all(e["details"]["line"] == targets.line_of("gang_all") and e["details"]["group"] == group for e in paused)
+    allowed = set(lifecycle.KEPT) | {"session", "exception", "paused_s"}
+    assert all(set(e["details"]) <= allowed for e in kept["events"] if e["kind"].startswith("session.p"))
 
 
 def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
