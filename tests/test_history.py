@@ -394,3 +394,15 @@ def test_the_size_benchmark_runs() -> None:
                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert "MiB per hour" in out.stdout and "steps" in out.stdout, out.stdout
+
+
+def test_an_entry_of_the_wrong_shape_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    s = store.open_store(str(tmp_path / "h"))
+    w = writer.HistoryWriter(s)
+    w.add(JOB, "attempt", {"run": "x", "number": 1, "started": "yesterday", "ended": None, "failed": "?"})
+    w.add(JOB, "steps", {"train_run": "x", "world_rank": 0, "busy_s": "slow"})
+    w.flush()
+    for args in (("show", JOB), ("report", JOB, "--html", str(tmp_path / "r.html"))):
+        out = _cli("history", *args, "--from", str(tmp_path / "h"))
+        assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+        assert out.stderr.startswith("raydbg: history: the record holds an entry raydbg cannot read"), out.stderr

@@ -34,7 +34,16 @@ def _load(args: argparse.Namespace) -> dict[str, Any]:
         record = reader.load(s, reader.resolve(s, args.name))
     except OSError as exc:
         raise UserError(str(exc).removeprefix("raydbg: ")) from None
-    return view.build(record)
+    return _checked(view.build, record)
+
+
+def _checked(fn: Any, *a: Any) -> Any:
+    """`fn(*a)`; a record whose entries hold values of the wrong type (written by hand, or by a
+    newer raydbg) is said in one line."""
+    try:
+        return fn(*a)
+    except (TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise UserError(f"history: the record holds an entry raydbg cannot read ({type(exc).__name__}: {exc})") from None
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -65,7 +74,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(v)
     else:
-        print(view.render(v))
+        print(_checked(view.render, v))
     return 0
 
 
@@ -73,7 +82,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from raydbg.history import html
 
     v = _load(args)
-    page = html.render(v)
+    page = _checked(html.render, v)
     try:
         with open(args.html, "w", encoding="utf-8") as f:
             f.write(page)
