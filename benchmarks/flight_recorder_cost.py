@@ -29,7 +29,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,6 +42,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).parent))
+from common import free_port  # noqa: E402
 from paired_stats import paired, paired_ci  # noqa: E402
 
 RANK = textwrap.dedent("""
@@ -107,12 +107,6 @@ RANK = textwrap.dedent("""
         progress.done()
     dist.destroy_process_group()
 """)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 KINDS = {"recorder": ("on", "off"), "sampling": ("sampled", "beats")}  # (B, A): A is the A/A control's

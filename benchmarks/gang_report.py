@@ -26,12 +26,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import REPO  # benchmarks/, this script's directory; the repository's root on sys.path
 from rich.console import Console
 from rich.progress import Progress
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 
 def all_reduce_loop(config: dict[str, Any]) -> None:
@@ -77,9 +74,10 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results" / "gang_report.json")
     args = ap.parse_args()
-    from cluster import ENV, Cluster
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
+
+    from tests.cluster import ENV, Cluster
 
     console = Console()
     rows = []

@@ -17,10 +17,12 @@ import os
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "examples"), str(REPO / "tests")]
+from common import REPO  # benchmarks/, this script's directory; the repository's root on sys.path
+
+sys.path.insert(0, str(REPO / "examples"))
 import memory_workload  # noqa: E402
-from test_memory_e2e import LATER_WAVES, later_waves_problems  # noqa: E402
+
+from tests.test_memory_e2e import LATER_WAVES, later_waves_problems  # noqa: E402
 
 
 def main() -> int:

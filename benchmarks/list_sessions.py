@@ -29,9 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+from common import REPO  # benchmarks/, this script's directory; the repository's root on sys.path
+
 RESULTS = REPO / "benchmarks" / "results" / "list_sessions.json"
 
 
@@ -77,9 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.sessions < 1 or args.runs < 1:
         raise SystemExit("benchmarks/list_sessions.py: --sessions and --runs must be at least 1")
     import ray
-    from cluster import ENV, Cluster
 
     from raydbg import registry
+    from tests.cluster import ENV, Cluster
 
     load = os.getloadavg()
     times: dict[str, list[float]] = {}

@@ -34,13 +34,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import REPO  # benchmarks/, this script's directory; the repository's root on sys.path
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 RESULTS = REPO / "benchmarks" / "results" / "stacks.json"
 
 STEP_LOOP = r"""
@@ -122,7 +120,8 @@ def time_cmd(cmd: list[str], env: dict[str, str]) -> tuple[float, str]:
 
 def stacks_benchmark(sizes: list[int], repeats: int, progress: Progress) -> list[dict[str, Any]]:
     import ray
-    from cluster import ENV, Cluster
+
+    from tests.cluster import ENV, Cluster
 
     @ray.remote(num_cpus=0)
     class Stuck:

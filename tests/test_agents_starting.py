@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kv_support import DictKv
+from doubles import FakeGcs
 
 from raydbg import cli, client, registry
 from raydbg.agent_host import lifecycle
@@ -20,9 +20,9 @@ GCS = "10.0.0.9:6379"
 
 
 @pytest.fixture
-def kv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[DictKv]:
+def kv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeGcs]:
     """One dict for the driver's writes and the client's reads of the cluster at GCS; nothing local."""
-    store = DictKv()
+    store = FakeGcs()
     registry.use_client(store)
     monkeypatch.setattr(registry, "client_for", lambda address: store if address == GCS else pytest.fail(address))
     monkeypatch.setenv("RAY_ADDRESS", GCS)
@@ -34,7 +34,7 @@ def kv(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[DictKv]:
     registry.use_client(None)
 
 
-def test_mark_starting_writes_only_while_no_gateway_runs(kv: DictKv) -> None:
+def test_mark_starting_writes_only_while_no_gateway_runs(kv: FakeGcs) -> None:
     assert lifecycle.mark_starting("job 01000000 (pid 1 on h)")
     mark = registry.get(registry.AGENTS_STARTING)
     assert mark is not None and mark["started_by"] == "job 01000000 (pid 1 on h)"
@@ -45,7 +45,7 @@ def test_mark_starting_writes_only_while_no_gateway_runs(kv: DictKv) -> None:
     assert registry.get(registry.AGENTS_STARTING) is None
 
 
-def test_a_client_waits_for_a_gateway_that_is_starting(kv: DictKv) -> None:
+def test_a_client_waits_for_a_gateway_that_is_starting(kv: FakeGcs) -> None:
     lifecycle.mark_starting("job 01000000 (pid 1 on h)")
     threading.Timer(0.4, registry.put, (registry.GATEWAY, {"address": "10.0.0.9:8265"})).start()
     started = time.monotonic()
@@ -53,7 +53,7 @@ def test_a_client_waits_for_a_gateway_that_is_starting(kv: DictKv) -> None:
     assert 0.4 <= time.monotonic() - started < client.STARTING_WAIT_S
 
 
-def test_agents_still_starting_after_the_wait_say_so_in_one_line(kv: DictKv, monkeypatch: pytest.MonkeyPatch,
+def test_agents_still_starting_after_the_wait_say_so_in_one_line(kv: FakeGcs, monkeypatch: pytest.MonkeyPatch,
                                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(client, "STARTING_WAIT_S", 0.3)
     lifecycle.mark_starting("job 01000000 (pid 1 on h)")
@@ -65,7 +65,7 @@ def test_agents_still_starting_after_the_wait_say_so_in_one_line(kv: DictKv, mon
     assert "try again in a few seconds" in err and "raydbg up" not in err
 
 
-def test_nothing_starting_or_a_stale_mark_is_not_active(kv: DictKv) -> None:
+def test_nothing_starting_or_a_stale_mark_is_not_active(kv: FakeGcs) -> None:
     with pytest.raises(client.GatewayError, match="not active on the cluster at 10.0.0.9:6379: run `raydbg up`"):
         client.find_gateway()
     registry.put(registry.AGENTS_STARTING, {"since": time.time() - client.STARTING_FRESH_S - 1, "started_by": "x"})

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Iterator
 
 import pytest
-from kv_support import DictKv
+from doubles import FakeGcs
 
 from raydbg import registry
 from raydbg.breakpoints import model, store
@@ -22,7 +22,7 @@ from raydbg.breakpoints.store import Slot
 from raydbg.breakpoints.worker import Worker
 
 
-class Kv(DictKv):
+class Kv(FakeGcs):
     """The registry's KV over a dict, with a hook that runs once before the next put-if-absent."""
 
     def __init__(self) -> None:

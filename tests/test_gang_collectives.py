@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
 from typing import Any
+
+from doubles import free_port
 
 from raydbg.gang import collectives, wait_chain, wait_for
 
@@ -107,12 +108,6 @@ def test_mismatched_collective_at_the_same_sequence_id() -> None:
     assert culprits(views) == [1]  # same op, other sizes
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 RANK = textwrap.dedent("""
     import json, os, sys, threading, time
     os.environ["TORCH_FR_BUFFER_SIZE"] = "200"
@@ -137,7 +132,7 @@ RANK = textwrap.dedent("""
 
 
 def test_real_gloo_ranks_one_skips_a_collective(tmp_path: Path) -> None:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
     procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(tmp_path / f"rank{r}.json")], env=env)
              for r in range(3)]
     try:
@@ -178,7 +173,7 @@ def test_a_ranks_stacks_thread_answers_with_its_collectives(tmp_path: Path) -> N
     from raydbg.gang import cooperative_agent
 
     repo = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port()),
+    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "RAYDBG_STACKS_DIR": str(tmp_path)}
     env.pop("TORCH_FR_BUFFER_SIZE", None)
     proc = subprocess.Popen([sys.executable, "-c", LISTENING_RANK.format(repo=repo)], env=env,

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doubles import Clock
 
 from raydbg import progress_records as progress
 from raydbg.gang import stragglers
@@ -85,14 +86,6 @@ def test_settings_from_env() -> None:
     assert Settings.from_env({"RAYDBG_STRAGGLER_STEPS": "50"}).steps == progress.RECENT_STEPS
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.fixture
 def clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Clock:
     """Progress records in tmp_path, written by a rank 0 of run "r" on a clock the test moves."""
@@ -106,18 +99,18 @@ def clock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Clock:
 def test_records_carry_work_and_wait_times(clock: Clock) -> None:
     b = progress.Beat()
     b.beat(0, "train.setup", timed=False)  # the group exists
-    clock.now += 7.0  # the user's own set-up: not a step
+    clock.t += 7.0  # the user's own set-up: not a step
     b.beat(None, "train.report", sync=True)
-    clock.now += 0.05
+    clock.t += 0.05
     b.resumed()  # the first step's work starts here
     for work, wait in [(0.5, 0.1), (0.3, 0.2)]:
-        clock.now += work
+        clock.t += work
         b.beat(None, "train.report", sync=True)
-        clock.now += wait
+        clock.t += wait
         b.resumed()
-    clock.now += 0.25
+    clock.t += 0.25
     b.beat()  # raydbg.progress(): no sync point, the next step starts at once
-    clock.now += 0.75
+    clock.t += 0.75
     b.beat()
     raw = (progress.progress_dir() / str(os.getpid())).read_bytes()
     got = json.loads(raw)
@@ -161,7 +154,7 @@ def test_records_carry_each_steps_wait_for_data(clock: Clock) -> None:
     for work, data in [(0.5, 0.3), (0.2, 0.0), (0.4, 0.1)]:
         b.waited_for_data(data / 2)
         b.waited_for_data(data / 2)
-        clock.now += work
+        clock.t += work
         b.beat(None, "train.report", sync=True)
         b.resumed()
     got = json.loads((progress.progress_dir() / str(os.getpid())).read_bytes())

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kv_support import DictKv
+from doubles import FakeGcs
 
 from raydbg import _ray_internals
 from raydbg import progress_records as progress
@@ -331,7 +331,7 @@ def test_a_rank_that_pauses_after_its_group_was_continued_goes_on(monkeypatch: p
     from raydbg.worker import resume
 
     monkeypatch.setenv("RAYDBG_RESUME_POLL_S", "0.05")
-    kv = DictKv()
+    kv = FakeGcs()
     registry.use_client(kv)
     try:
         resume.request_group("run-a:/a/train.py:10:1")  # `raydbg continue` of the group, earlier
@@ -353,8 +353,8 @@ sys.path.insert(0, {tests!r})
 from raydbg import registry, telemetry
 from raydbg.telemetry.prometheus import prometheus_text
 telemetry.setup("agent")
-from kv_support import DictKv
-registry.use_client(DictKv())
+from doubles import FakeGcs
+registry.use_client(FakeGcs())
 from raydbg.gang import cluster_view, hang_service
 
 async def no_stacks(**kw):

@@ -23,7 +23,6 @@ import argparse
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any
 
 import pytest
 from cluster import needs_torch
+from doubles import free_port
 
 from raydbg.gang import collectives, wait_chain, wait_for
 
@@ -43,12 +43,6 @@ SCENARIOS = ("tensor_parallel", "hsdp", "deadlock", "pipeline")
 WORLD = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def dumps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[int, dict[str, Any]]]]:
     """scenario -> rank -> dump; the four scenarios run side by side (16 processes)."""
@@ -56,7 +50,7 @@ def dumps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[i
     procs: list[subprocess.Popen[bytes]] = []
     for name in SCENARIOS:
         (base / name).mkdir()
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())}
+        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
         procs += [subprocess.Popen([sys.executable, str(SCRIPT), name, str(r), str(base / name)], env=env,
                                    stderr=subprocess.DEVNULL) for r in range(WORLD)]
     try:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from kv_support import DictKv
+from doubles import FakeGcs
 
 from raydbg import registry
 from raydbg.agent.server import AgentServer
@@ -26,8 +26,8 @@ JSON_ROUTES = [("POST", "/api/v1/node/pause"), ("POST", "/api/v1/pause"), ("POST
 
 
 @pytest.fixture(autouse=True)
-def kv() -> Iterator[DictKv]:
-    store = DictKv()
+def kv() -> Iterator[FakeGcs]:
+    store = FakeGcs()
     registry.use_client(store)
     yield store
     registry.use_client(None)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doubles import Clock, FakeGcs
 
 from raydbg import _ray_internals
 from raydbg._ray_internals.task_start import MAX_IDS
@@ -21,66 +22,12 @@ from raydbg.memory.policy import Candidate
 GiB = 1 << 30
 
 
-class FakeGcs:
-    """The GcsClient KV calls budgets.py makes."""
-
-    def __init__(self) -> None:
-        self.kv: dict[tuple[bytes, bytes], bytes] = {}
-
-    def internal_kv_put(
-        self, k: bytes, v: bytes, overwrite: bool, ns: bytes, timeout: float = 0
-    ) -> int:
-        added = (ns, k) not in self.kv
-        if added or overwrite:
-            self.kv[(ns, k)] = v
-        return int(added)
-
-    def internal_kv_get(self, k: bytes, ns: bytes, timeout: float = 0) -> bytes | None:
-        return self.kv.get((ns, k))
-
-    def internal_kv_multi_get(
-        self, keys: list[bytes], ns: bytes, timeout: float = 0
-    ) -> dict[bytes, bytes]:
-        return {k: self.kv[(ns, k)] for k in keys if (ns, k) in self.kv}
-
-    def internal_kv_del(self, k: bytes, by_prefix: bool, ns: bytes, timeout: float = 0) -> int:
-        gone = [
-            key
-            for key in self.kv
-            if key[0] == ns and (key[1].startswith(k) if by_prefix else key[1] == k)
-        ]
-        for key in gone:
-            del self.kv[key]
-        return len(gone)
-
-
 @pytest.fixture(autouse=True)
 def fresh_settings() -> Any:
     """Settings are read once per process: re-read around each test that sets variables."""
     settings.reload()
     yield
     settings.reload()
-
-
-class Clock:
-    """The gate's two clocks, frozen but for the pauses it takes (each one recorded)."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0  # start_gate._clock (time.monotonic)
-        self.wall = 1.7e9  # start_gate._wall (time.time)
-        self.sleeps: list[float] = []
-
-    def monotonic(self) -> float:
-        return self.t
-
-    def time(self) -> float:
-        self.wall += 0.001  # each reading a little later: what is read twice differs
-        return self.wall
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.t += seconds
-        self.wall += seconds
 
 
 @pytest.fixture(autouse=True)
@@ -223,7 +170,7 @@ def test_submit_hook_records_the_function_default_once_and_calls_that_differ(
         zero = RemoteFunction._remote(fn, args=[3], kwargs={}, max_retries=0).task_id().hex()
         assert calls[2] == {"max_retries": 0}
         # The default once, the lowering call at once (no flush): nothing per plain call.
-        keys = sorted(k.decode() for _, k in gcs.kv)
+        keys = sorted(k.decode() for k in gcs.data)
         assert keys == [budgets.key(zero), budgets.function_key("01000000", "f00d")]
         more = RemoteFunction._remote(fn, args=[4], kwargs={}, max_retries=-1).task_id().hex()
         assert budgets.flush(5)

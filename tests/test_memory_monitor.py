@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from doubles import Clock
 
 from raydbg.gcs_tables import ActorRow, TaskRow
 from raydbg.memory.kernel_files import Roots
@@ -76,14 +77,6 @@ class FakeWho:
             for c in self.cands
             if c.pid in procs
         ]
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
 
 
 CFG = MonitorConfig(mode="on", policy=PolicyConfig(threshold=0.9, margin=0.05, horizon_s=1.0))

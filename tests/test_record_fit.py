@@ -1,7 +1,7 @@
 """Records are written under the readers' size cap (raydbg/record_fit.py, through registry.put),
 and a record nobody can read is removed by its writer (the pause thread) or the gateway's
 collector: large snapshots and hang events round-trip, no key is left behind. No Ray: the
-registry runs over a dict (tests/kv_support.py)."""
+registry runs over a dict (tests/doubles.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from kv_support import DictKv
+from doubles import FakeGcs
 
 from raydbg import record_fit, registry, validate
 from raydbg.agent import dead_records
@@ -26,14 +26,14 @@ CAP = validate.MAX_RECORD_BYTES
 
 
 @pytest.fixture
-def kv() -> Iterator[DictKv]:
-    store = DictKv()
+def kv() -> Iterator[FakeGcs]:
+    store = FakeGcs()
     registry.use_client(store)
     yield store
     registry.use_client(None)
 
 
-def _stored(kv: DictKv, key: str) -> bytes:
+def _stored(kv: FakeGcs, key: str) -> bytes:
     return kv.data[key.encode()]
 
 
@@ -50,7 +50,7 @@ def _session_of_40_frames(chars: int) -> SessionRecord:
     return rec
 
 
-def test_a_40_frame_session_of_30_non_ascii_locals_each_is_cut_to_fit_and_read_back(kv: DictKv) -> None:
+def test_a_40_frame_session_of_30_non_ascii_locals_each_is_cut_to_fit_and_read_back(kv: FakeGcs) -> None:
     rec = _session_of_40_frames(300)  # the snapshot budget left out: the writer's cap alone
     assert len(rec.to_json()) > 2 * CAP  # ~2.2 MB as JSON (\u escapes): every reader dropped it
     registry.put(registry.SESSION + rec.id, rec.to_dict())
@@ -65,7 +65,7 @@ def test_a_40_frame_session_of_30_non_ascii_locals_each_is_cut_to_fit_and_read_b
     assert frames[-1] == {"...": f"{41 - len(frames)} more {record_fit.NOTE}"}
 
 
-def test_a_hang_event_for_4096_ranks_each_in_its_own_stack_class_stays_under_the_cap(kv: DictKv) -> None:
+def test_a_hang_event_for_4096_ranks_each_in_its_own_stack_class_stays_under_the_cap(kv: FakeGcs) -> None:
     n = 4096
     now = time.time()
     beats = [{"job_id": "01000000", "train_run": "big-run", "world_rank": r, "world_size": n, "pid": 10_000 + r,
@@ -98,7 +98,7 @@ def test_a_hang_event_for_4096_ranks_each_in_its_own_stack_class_stays_under_the
     assert record_fit.NOTE in cut
 
 
-def test_a_record_whose_own_fields_alone_are_over_the_cap_is_refused_not_written(kv: DictKv) -> None:
+def test_a_record_whose_own_fields_alone_are_over_the_cap_is_refused_not_written(kv: FakeGcs) -> None:
     wide = {f"k{i:07d}": i for i in range(200_000)}
     with pytest.raises(record_fit.TooLarge):
         registry.put("agent/x", wide)
@@ -141,7 +141,7 @@ def blocked_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[threading.Th
 
 
 def test_a_paused_thread_of_40_frames_of_30_non_ascii_locals_is_listed_readable_and_continued(
-        kv: DictKv, blocked_rank: tuple[threading.Thread, threading.Event]) -> None:
+        kv: FakeGcs, blocked_rank: tuple[threading.Thread, threading.Event]) -> None:
     thread, go = blocked_rank
     answer = on_demand.request()
     assert answer == {"thread": thread.name}
@@ -157,7 +157,7 @@ def test_a_paused_thread_of_40_frames_of_30_non_ascii_locals_is_listed_readable_
 
 
 def test_a_snapshot_record_that_cannot_be_read_back_is_removed_by_the_pause_thread(
-        kv: DictKv, blocked_rank: tuple[threading.Thread, threading.Event]) -> None:
+        kv: FakeGcs, blocked_rank: tuple[threading.Thread, threading.Event]) -> None:
     on_demand.request()
     rec = _until(lambda: next(iter(registry.sessions()), None))
     key = registry.SESSION + rec["id"]
@@ -166,7 +166,7 @@ def test_a_snapshot_record_that_cannot_be_read_back_is_removed_by_the_pause_thre
     assert on_demand._armed == {}  # disarmed: the thread runs on when it returns
 
 
-def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictKv) -> None:
+def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: FakeGcs) -> None:
     good = _session_of_40_frames(1)
     good.node_id, good.pid = "n1", os.getpid()  # a live worker
     registry.put(registry.SESSION + good.id, good.to_dict())
@@ -183,7 +183,7 @@ def test_the_gateway_collector_removes_session_records_nobody_can_read(kv: DictK
     assert gone == ["session/no-pid", "session/not-json", "session/over-cap", "session/\ufffd\\x0a"]
 
 
-def test_a_session_of_code_with_a_path_longer_than_the_readers_allow_is_still_read(kv: DictKv) -> None:
+def test_a_session_of_code_with_a_path_longer_than_the_readers_allow_is_still_read(kv: FakeGcs) -> None:
     namespace: dict[str, Any] = {}
     exec(compile("import sys\nframe = sys._getframe()", "/job/" + "d" * 5000 + ".py", "exec"), namespace)
     rec = session.build_record(namespace["frame"], "breakpoint", None)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from kv_support import DictKv
+from doubles import FakeGcs
 
 from raydbg import progress_records, registry, schema, schema_gen, validate
 from raydbg.record_rules import TRAIN_NAMES
@@ -20,8 +20,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def kv() -> Iterator[DictKv]:
-    store = DictKv()
+def kv() -> Iterator[FakeGcs]:
+    store = FakeGcs()
     registry.use_client(store)
     yield store
     registry.use_client(None)
@@ -88,7 +88,7 @@ def test_unknown_fields_are_kept_and_missing_optional_ones_defaulted() -> None:
     assert list(got)[:4] == list(old)  # the writer's order first, the defaults after
 
 
-def test_an_event_is_written_through_its_struct_with_typed_details(kv: DictKv) -> None:
+def test_an_event_is_written_through_its_struct_with_typed_details(kv: FakeGcs) -> None:
     event = registry.record_event("session.timeout", "session x timed out", node_id="n",
                                   details=schema.SessionEventDetails(session="x", pid=3))
     (key,) = kv.data

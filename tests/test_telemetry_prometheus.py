@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from doubles import free_port
 
 from raydbg.telemetry.prometheus import file_sd_groups, scrape_config, write_file_sd
 
@@ -60,12 +60,6 @@ WORKER = textwrap.dedent(
     sys.stdin.readline()
     """
 )
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _prometheus_binary() -> str:
@@ -133,7 +127,7 @@ def test_prometheus_scrapes_metrics_handler(agent_and_worker: int, tmp_path: Pat
     config = yaml.safe_load(scrape_config(file_sd_path=sd_file, scrape_interval="1s"))
     config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [
             binary,

@@ -8,6 +8,7 @@ import logging
 from typing import Any
 
 import pytest
+from doubles import FakeGcs
 
 from raydbg import dial, validate
 from raydbg.agent import feed
@@ -217,22 +218,6 @@ async def test_one_poller_serves_every_sse_client_and_stops_without_them() -> No
     assert started == reads and f.clients == 0  # nobody listens: nothing is read
 
 
-class DictKV:
-    """GcsClient's four KV calls over a dict: the real GCS path is tests/test_fuzz_gateway.py's."""
-
-    def __init__(self, data: dict[bytes, bytes]) -> None:
-        self.data = data
-
-    def internal_kv_keys(self, prefix: bytes, ns: bytes, timeout: float) -> list[bytes]:
-        return [k for k in self.data if k.startswith(prefix)]
-
-    def internal_kv_multi_get(self, keys: list[bytes], ns: bytes, timeout: float) -> dict[bytes, bytes]:
-        return {k: self.data[k] for k in keys if k in self.data}
-
-    def internal_kv_get(self, key: bytes, ns: bytes, timeout: float) -> bytes | None:
-        return self.data.get(key)
-
-
 def test_registry_reads_skip_and_count_each_bad_record_once(monkeypatch: pytest.MonkeyPatch) -> None:
     from collections import Counter
 
@@ -241,7 +226,7 @@ def test_registry_reads_skip_and_count_each_bad_record_once(monkeypatch: pytest.
     monkeypatch.setattr(registry, "malformed", Counter())
     monkeypatch.setattr(registry, "_seen", type(registry._seen)())
     good = dict(GOOD_SESSION, id="a1b2c3d4e5f6")
-    kv = DictKV({b"session/a1b2c3d4e5f6": raw(good), b"session/bad1": b"{", b"session/bad2": b"[]",
+    kv = FakeGcs({b"session/a1b2c3d4e5f6": raw(good), b"session/bad1": b"{", b"session/bad2": b"[]",
                  b"other/x": raw({"a": 1}), b"other/y": b"[1]"})
     monkeypatch.setattr(registry, "_client", kv)
     for _ in range(3):
