@@ -12,6 +12,9 @@ $(STAMP): pyproject.toml setup.py
 	# The CPU torch on this disk first: an unpinned torch would pull a CUDA build of GBs.
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[dev,sd,docs]'
+	# The HTML report's test (tests/test_history.py) opens it in a real browser: Debian's chromium.
+	command -v chromium >/dev/null 2>&1 || ! command -v apt-get >/dev/null 2>&1 || apt-get install -y -q chromium \
+		|| echo "note: install chromium (apt-get install -y chromium) for tests/test_history.py"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -19,6 +19,7 @@ from raydbg.commands import (
     continue_cmd,
     events,
     forward,
+    history,
     lifecycle,
     list_sessions,
     pause,
@@ -34,9 +35,9 @@ from raydbg.tui import command as tui_command
 # What `raydbg --help` says first.
 DESCRIPTION = "The `raydbg` command line: run, up, down, status, list, forward (and subcommands of other parts)."
 # run up down, status, list, events, forward, prometheus, trace goodput, tui attach, continue,
-# stacks, steps, pause, break add|list|rm
+# stacks, steps, pause, break add|list|rm, history [show|report]
 COMMANDS = (lifecycle, status, list_sessions, events, forward, prometheus, telemetry, tui_command, continue_cmd,
-            stacks, steps, pause, breakpoints)
+            stacks, steps, pause, breakpoints, history)
 
 
 class _VersionAction(argparse.Action):

@@ -592,6 +592,37 @@ EVENT_DETAILS: dict[str, type[Record]] = {
 }
 
 
+# --- history (docs/history.md) -------------------------------------------------------------------
+HistoryKind = Literal["job", "node", "event", "attempt", "steps", "memory", "span", "gap"]
+
+
+class HistoryEntry(Record):
+    """One line of a job's record (`<RAYDBG_HISTORY>/<record>/seg-*.jsonl`), appended as it happens."""
+
+    ts: Annotated[float, Meta(description="epoch seconds")]
+    kind: Annotated[HistoryKind, Meta(
+        description="`job` (versions), `node` (a node's agent), `event` (an Event, session lifecycles "
+                    "included), `attempt` (a Train attempt), `steps` (a rank's step times, downsampled), "
+                    "`memory` (a node's memory), `span` (an embedded telemetry span), `gap` (lines the "
+                    "writer dropped)")]
+    job_id: Annotated[Text, Meta(description="Ray job id (hex)")] = ""
+    data: Annotated[dict[str, Any], Meta(description="the kind's fields (docs/history.md)")] = {}
+
+
+class HistoryManifest(Record):
+    """A job's summary (`<RAYDBG_HISTORY>/<record>/manifest.json`), rewritten by its writer: a hint for
+    listings; the segments are the record."""
+
+    job_id: Annotated[Text, Meta(description="Ray job id (hex)")]
+    record: Annotated[Text, Meta(
+        description="the record's folder: `<job id>-<the Ray session's time>` (every cluster's first job is 01000000)")] = ""
+    first_ts: Annotated[float, Meta(description="epoch seconds of its first entry")] = 0.0
+    last_ts: Annotated[float, Meta(description="epoch seconds of its last entry")] = 0.0
+    runs: Annotated[list[str], Meta(description="its Ray Train runs (names)")] = []
+    counts: Annotated[dict[str, int], Meta(description="entries per kind")] = {}
+    version: Annotated[ShortText, Meta(description="raydbg version of the writer")] = ""
+
+
 # The records whose tables and TypeScript types are generated, in the docs' order.
 DOCUMENTED: tuple[type[Record], ...] = (
     SessionRecord, ExceptionInfo, SnapshotFrame,
@@ -602,6 +633,7 @@ DOCUMENTED: tuple[type[Record], ...] = (
     HangDetails, HangRank, Culprit, ClassBrief, StragglerDetails, DataSplit,
     MemoryKillDetails, KillVictim, KillCandidate, TopConsumer,
     StepsRun, StepsRank,
+    HistoryEntry, HistoryManifest,
 )
 
 

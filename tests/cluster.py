@@ -191,6 +191,7 @@ class Cluster:
     address: str = ""
     nodes: list[Node] = field(default_factory=list)
     _saved_env: dict[str, str | None] = field(default_factory=dict)
+    _down: bool = False
 
     def __enter__(self) -> Cluster:
         self.start()
@@ -205,6 +206,7 @@ class Cluster:
 
         import raydbg
 
+        self._down = False
         wanted = {"RAY_DEBUG": "1", **self.env}
         # ray.init sets RAY_AUTH_MODE=token in this process when it turns Ray's token auth on.
         keys = (*wanted, "RAY_ADDRESS", "RAYDBG_GATEWAY", "RAY_AUTH_MODE")
@@ -314,9 +316,13 @@ class Cluster:
         return Gateway.discover()
 
     def shutdown(self) -> None:
+        """Stop it; once only (a test may end its cluster early: the record that outlives it)."""
         import ray
         from ray import cloudpickle
 
+        if self._down:
+            return
+        self._down = True
         for node in reversed(self.nodes):
             node.stop()
         self.nodes.clear()

@@ -6,3 +6,15 @@ seen once in CI, 2026-12-03. Since then Ray's shutdown waits for raydbg's agent 
 without that wait a driver leaving during its agent start exited 1; see
 tests/e2e/test_driver_exit.py and benchmarks/exit_stress.py.)
 """
+
+import atexit
+import os
+import shutil
+import tempfile
+
+# Every gateway a test starts records jobs' histories (docs/history.md): into a folder of this
+# run, not the user's ~/.raydbg/history. Tests of the history set their own.
+if not os.environ.get("RAYDBG_HISTORY"):
+    _history = tempfile.mkdtemp(prefix="raydbg-test-history-")
+    os.environ["RAYDBG_HISTORY"] = _history
+    atexit.register(shutil.rmtree, _history, True)

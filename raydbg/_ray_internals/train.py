@@ -4,7 +4,8 @@
 Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on: `ray.train.torch.config._setup_torch_process_group`
 and `_shutdown_torch`, `ray.train.v2._internal.execution.train_fn_utils.
 DistributedTrainFnUtils.report`, `ray.train.v2._internal.state.state_actor.get_state_actor`
-and the TrainRun / TrainRunAttempt / TrainWorker fields its actor returns.
+and the TrainRun / TrainRunAttempt / TrainWorker fields its actor returns (a run's
+`run_settings.run_config.storage_path` read where present: 2.60).
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def train_run_records(run: str | None = None, timeout: float = 5.0) -> list[dict
         rec = {k: _value(r, k) for k in ("name", "job_id", "status", "status_detail", "start_time_ns",
                                          "end_time_ns")}
         rec["run_id"] = run_id
+        # RunConfig(storage_path): run_settings.run_config in 2.60; None where this Ray has none.
+        settings = getattr(getattr(r, "run_settings", None), "run_config", None)
+        rec["storage_path"] = getattr(settings, "storage_path", None) or None
         rec["attempts"] = [_attempt_record(a) for a in (attempts.get(run_id) or {}).values()]
         out.append(rec)
     return out

@@ -50,6 +50,14 @@ async def json_body(request: web.Request, shape: str) -> Any:
         raise BadRequest(f"send {shape} as JSON ({validate.escape(exc, 200)})") from None
 
 
+def _history_state() -> dict[str, Any] | None:
+    """The gateway's history writer's state (raydbg/history/writer.py), None where none runs."""
+    from raydbg.history import writer
+
+    current = writer.current()
+    return current.state() if current is not None else None
+
+
 class Feature(Protocol):
     """A feature's part of the agent (a module with this function will do)."""
 
@@ -156,6 +164,7 @@ class AgentServer:
             "refused": dict(self.refused),
             "relays": self.relays,
             "malformed_records": {**dict.fromkeys(validate.SCHEMAS, 0), **registry.malformed},
+            "history": _history_state(),
         })
 
     async def sessions(self, request: web.Request) -> web.Response:

@@ -16,6 +16,7 @@ from raydbg.agent import dead_records, nodes
 from raydbg.agent.monitor_state import RUNNING, MonitorWatch
 from raydbg.agent.server import AgentServer, Feature
 from raydbg.agent.token import agent_token, leave_for_local_clients
+from raydbg.agent_host import history_recorder
 from raydbg.breakpoints import api as breakpoints_api
 from raydbg.gang import routes as gang_routes
 from raydbg.gcs_tables import GcsTables
@@ -27,7 +28,7 @@ from raydbg.version import __version__
 log = logging.getLogger("raydbg.agent")
 
 # The features that serve routes on every agent (and, on the gateway, their background work).
-FEATURES: tuple[Feature, ...] = (gang_routes, breakpoints_api)
+FEATURES: tuple[Feature, ...] = (gang_routes, breakpoints_api, history_recorder)
 HEARTBEAT_S = 1.0
 PRUNE_EVERY_S = 60.0
 NODE_WATCH_S = 5.0  # the head's agent looks for nodes without an agent this often

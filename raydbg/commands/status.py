@@ -44,6 +44,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             print(f"    cannot pause workers here: {agent['private_dir']}")
         if agent.get("metrics_url"):
             print(f"    metrics: {agent['metrics_url']} (bearer token: the same as for raydbg clients)")
+    if "history" in status:  # an older gateway's answer has no such field
+        from raydbg.history.writer import status_line
+
+        print(status_line(status["history"]))
     for line in versions.notes(status):  # versions that differ, what the cluster's Ray lacks
         print(line)
     return 0

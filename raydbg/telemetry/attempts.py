@@ -95,6 +95,7 @@ def summarize(records: Sequence[dict[str, Any]], now: float | None = None) -> li
             "started": _seconds(r.get("start_time_ns")),
             "ended": _seconds(r.get("end_time_ns")),
             "error": error_line(r.get("status_detail")) if r.get("status") in ("ERRORED", "ABORTED") else None,
+            "storage_path": r.get("storage_path"),
             "attempts": [attempt_summary(i, a, now) for i, a in enumerate(r.get("attempts") or [], start=1)],
         })
     return out

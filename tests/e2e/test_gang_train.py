@@ -17,6 +17,7 @@ from cluster import needs_torch
 
 from e2e import gang_targets as targets
 from e2e.conftest import Cluster, attach_and_inspect, forward, wait_for_session, wait_gone
+from e2e.history_support import history, shown_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600), needs_torch]
 
@@ -26,9 +27,15 @@ TIMED_OUT = "Timed out waiting 3000ms"  # gloo's message when a collective's tim
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[tuple[Cluster, Any]]:
+def history_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The jobs' records (raydbg history) of this module's cluster."""
+    return tmp_path_factory.mktemp("history")
+
+
+@pytest.fixture(scope="module")
+def cluster(history_dir: Path) -> Iterator[tuple[Cluster, Any]]:
     env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_HANG_AFTER_S": str(HANG_AFTER_S), "RAYDBG_RESUME_POLL_S": "0.25",
-           **targets.TRAIN_CLUSTER_ENV}
+           "RAYDBG_HISTORY": str(history_dir), **targets.TRAIN_CLUSTER_ENV}
     with Cluster(num_cpus=8, env=env, by_value=(targets,)) as c:
         yield c, c.up()
 
@@ -134,7 +141,8 @@ def test_without_the_raised_timeout_the_same_pause_kills_the_run(cluster: tuple[
     wait_gone(gw, rec["id"], timeout=60)  # rank 0's worker went with the run
 
 
-def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, Any], tmp_path: Path,
+                                                        history_dir: Path) -> None:
     c, gw = cluster
     # RAYDBG_TRAIN_PAUSE=all in the run's workers (raydbg.breakpoint(all_ranks=True) is unit tested).
     fit = Fit(_trainer(targets.all_ranks_pause, "gang-all", tmp_path, workers=3, env={"RAYDBG_TRAIN_PAUSE": "all"}))
@@ -173,6 +181,25 @@ def test_pause_all_lists_one_group_and_continues_as_one(cluster: tuple[Cluster, 
     assert fit.join() == [6.0, 6.0, 6.0]
     for r in members:
         wait_gone(gw, r["id"])
+    # The job's record: each rank's pause (who, where, why) and its end; never a frame's values.
+    from raydbg.history import lifecycle
+
+    ids = {r["id"] for r in members}
+
+    def lifecycles(v: dict[str, Any]) -> list[tuple[str, str]]:
+        return sorted((e["details"].get("session"), e["kind"]) for e in v["events"]
+                      if e["kind"].startswith("session.") and e["details"].get("session") in ids)
+
+    kept = shown_until(members[0]["job_id"], history_dir,
+                       lambda v: {k for _, k in lifecycles(v)} >= {"session.paused", "session.continued"}
+                       and len(lifecycles(v)) >= 6)
+    for sid in ids:
+        assert {k for s, k in lifecycles(kept) if s == sid} >= {"session.paused", "session.continued"}
+    paused = [e for e in kept["events"] if e["kind"] == "session.paused" and e["details"].get("session") in ids]
+    assert {e["details"]["train_rank"] for e in paused} == {0, 1, 2}
+    assert all(e["details"]["line"] == targets.line_of("gang_all") and e["details"]["group"] == group for e in paused)
+    allowed = set(lifecycle.KEPT) | {"session", "exception", "paused_s"}
+    assert all(set(e["details"]) <= allowed for e in kept["events"] if e["kind"].startswith("session.p"))
 
 
 def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
@@ -193,7 +220,7 @@ def _job_hang_events(gw: Any, job: str) -> list[dict[str, Any]]:
             and (e.get("details") or {}).get("job_id") == job and not e["details"].get("train_run")]
 
 
-def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp_path: Path, history_dir: Path) -> None:
     import ray
 
     c, gw = cluster
@@ -239,6 +266,13 @@ def test_hang_event_fires_once_for_a_stuck_run(cluster: tuple[Cluster, Any], tmp
     shown = c.cli("events", "--limit", "500", timeout=60)
     assert shown.returncode == 0 and "Train run gang-stuck" in shown.stdout, shown.stdout
     assert f"job {job} made no progress" in shown.stdout, shown.stdout
+    # The job's record (raydbg history, read with no cluster): the same event, its chain and classes.
+    kept = shown_until(job, history_dir, lambda v: any(e["id"] == events[0]["id"] for e in v["events"]))
+    (hang_kept,) = [e for e in kept["events"] if e["id"] == events[0]["id"]]
+    assert hang_kept["details"]["chain"] == details["chain"] and hang_kept["details"]["classes"] == classes
+    text = history("show", job, str(history_dir)).stdout
+    assert f"\n        ranks 0,1,3 wait in all_reduce #{hop['seq']} (world) for 2\n" in text, text
+    assert "culprit rank 2" in text and events[0]["message"] in text, text
     # A second event would come at the next check (each 1 s), or a threshold after the first.
     time.sleep(2 * HANG_AFTER_S)
     assert len(_hang_events(gw, "gang-stuck")) == 1  # once per stall; the job is not stopped
@@ -276,7 +310,7 @@ def _straggler_events(gw: Any, run: str) -> list[dict[str, Any]]:
 
 
 def test_one_straggler_event_for_a_rank_slower_every_step_none_for_a_uniform_slowdown(
-        cluster: tuple[Cluster, Any], tmp_path: Path) -> None:
+        cluster: tuple[Cluster, Any], tmp_path: Path, history_dir: Path) -> None:
     c, gw = cluster
     steps, release = 20, tmp_path / "release-stragglers"  # the event is due at step 6: room to sample
     slow = Fit(_trainer(targets.straggler_steps, "gang-straggler", tmp_path, workers=3,
@@ -311,6 +345,19 @@ def test_one_straggler_event_for_a_rank_slower_every_step_none_for_a_uniform_slo
     assert uniform.join() == [float(steps)] * 3
     assert len(_straggler_events(gw, "gang-straggler")) == 1
     assert _straggler_events(gw, "gang-uniform") == []
+    # The job's record: the straggler event, and its step times per rank (rank 0 the slowest).
+    def straggler_kept(v: dict[str, Any]) -> bool:
+        return (any(e["id"] == events[0]["id"] for e in v["events"])
+                and len(v["steps"].get("gang-straggler") or {}) == 3)
+
+    kept = shown_until("gang-straggler", history_dir, straggler_kept)
+    medians = {int(r): sorted(p[2] for p in pts)[len(pts) // 2] for r, pts in kept["steps"]["gang-straggler"].items()}
+    assert max(medians, key=lambda r: medians[r]) == 0 and medians[0] > 2 * medians[1], medians
+    assert "<- slowest" in history("show", "gang-straggler", str(history_dir)).stdout
+    page = tmp_path / "report.html"
+    out = history("report", "gang-straggler", str(history_dir), "--html", str(page))
+    assert out.returncode == 0, out.stderr
+    assert 'id="timeline"' in page.read_text() and 'class="heatmap"' in page.read_text()
 
 
 def _steps(c: Cluster, run: str) -> list[dict[str, Any]]:

@@ -1,7 +1,9 @@
 """A Ray Train run that restarts (real Ray, gloo on CPU): rank 1 raises on the first attempt only,
 `FailureConfig(max_failures=1)` starts a second that finishes. `raydbg stacks --run` (while the
 second attempt runs) and `raydbg goodput` (after) name attempt 1's failed rank, its node and the
-error's first line, and attempt 2's status, from Ray Train's state actor."""
+error's first line, and attempt 2's status, from Ray Train's state actor. The job's record
+(`raydbg history`, and its copy under the run's storage_path) holds the same attempts and still
+reads once the cluster is gone."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 
 from e2e import gang_targets, restart_targets
 from e2e.conftest import Cluster
+from e2e.history_support import history, shown_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -23,9 +26,14 @@ RUN = "restarts-once"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[Cluster]:
+def where(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("history")
+
+
+@pytest.fixture(scope="module")
+def cluster(where: Path) -> Iterator[Cluster]:
     # Train's state actor (the attempts' source) exists only with state tracking on in the driver.
-    env = {"RAY_TRAIN_ENABLE_STATE_TRACKING": "1", **gang_targets.TRAIN_CLUSTER_ENV}
+    env = {"RAY_TRAIN_ENABLE_STATE_TRACKING": "1", "RAYDBG_HISTORY": str(where), **gang_targets.TRAIN_CLUSTER_ENV}
     with Cluster(num_cpus=4, env=env, by_value=(restart_targets,)) as c:
         c.up()
         yield c
@@ -71,7 +79,7 @@ def _line(text: str, part: str) -> str:
     return next((ln for ln in text.splitlines() if part in ln), "")
 
 
-def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path) -> None:
+def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path, where: Path) -> None:
     c = cluster
     node_id = c.head_node_id()
     thread, out = _fit(tmp_path)
@@ -104,3 +112,23 @@ def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path) -> Non
     assert first["status"] == "ERRORED" and first["error"] == f"RuntimeError: {restart_targets.FAILURE}"
     assert second["status"] == "FINISHED" and second["failed"] == [] and second["ended"] >= second["started"]
     assert first["ended"] <= second["started"]
+
+    # The job's record: the same attempts, as `raydbg goodput` printed them; then the cluster goes.
+    def both_ended(view: dict[str, Any]) -> bool:
+        return any(len(r["attempts"]) == 2 and r["attempts"][1]["status"] == "FINISHED" for r in view["train_runs"])
+
+    status = c.cli("status", timeout=60)
+    assert f"history: recording to {where} (" in status.stdout, status.stdout + status.stderr
+    view = shown_until(RUN, where, both_ended)
+    (kept,) = view["train_runs"]
+    assert [a["status"] for a in kept["attempts"]] == ["ERRORED", "FINISHED"]
+    assert kept["attempts"][0]["error"] == f"RuntimeError: {restart_targets.FAILURE}"
+    # A copy beside the run's checkpoints, under its RunConfig(storage_path).
+    copied = shown_until(RUN, tmp_path / RUN / "raydbg-history", both_ended)
+    assert [a["status"] for a in copied["train_runs"][0]["attempts"]] == ["ERRORED", "FINISHED"]
+    c.shutdown()  # the cluster is gone (the fixture's shutdown after this one does nothing more)
+    after = history("show", RUN, str(where))
+    assert after.returncode == 0, after.stderr
+    print(after.stdout)
+    assert _line(after.stdout, "attempt 1 ") == _line(shown.stdout, "attempt 1 "), after.stdout
+    assert "FINISHED" in _line(after.stdout, "attempt 2 ") and "node " in after.stdout, after.stdout

@@ -769,3 +769,33 @@ export interface StepsRank {
   /** it straggles now */
   straggler: boolean;
 }
+
+/** One line of a job's record (`<RAYDBG_HISTORY>/<record>/seg-*.jsonl`), appended as it happens. */
+export interface HistoryEntry {
+  /** epoch seconds */
+  ts: number;
+  /** `job` (versions), `node` (a node's agent), `event` (an Event, session lifecycles included), `attempt` (a Train attempt), `steps` (a rank's step times, downsampled), `memory` (a node's memory), `span` (an embedded telemetry span), `gap` (lines the writer dropped) */
+  kind: "attempt" | "event" | "gap" | "job" | "memory" | "node" | "span" | "steps";
+  /** Ray job id (hex) */
+  job_id: string;
+  /** the kind's fields (docs/history.md) */
+  data: Record<string, unknown>;
+}
+
+/** A job's summary (`<RAYDBG_HISTORY>/<record>/manifest.json`), rewritten by its writer: a hint for listings; the segments are the record. */
+export interface HistoryManifest {
+  /** Ray job id (hex) */
+  job_id: string;
+  /** the record's folder: `<job id>-<the Ray session's time>` (every cluster's first job is 01000000) */
+  record: string;
+  /** epoch seconds of its first entry */
+  first_ts: number;
+  /** epoch seconds of its last entry */
+  last_ts: number;
+  /** its Ray Train runs (names) */
+  runs: string[];
+  /** entries per kind */
+  counts: Record<string, number>;
+  /** raydbg version of the writer */
+  version: string;
+}
