@@ -159,7 +159,7 @@ def _group_alive(pgid: int) -> bool:
         return False
 
 
-def _forget_ray_auth_state() -> None:
+def forget_ray_auth_state() -> None:
     """Make Ray read RAY_AUTH_MODE and the token anew in this process.
 
     Ray caches both per process (its config and its token loader) and refreshes them
@@ -216,7 +216,7 @@ class Cluster:
         os.environ.pop("RAY_ADDRESS", None)
         for module in self.by_value:
             cloudpickle.register_pickle_by_value(module)
-        _forget_ray_auth_state()
+        forget_ray_auth_state()
         kwargs: dict[str, Any] = {"_system_config": self.system_config} if self.system_config else {}
         # "local": always a new cluster; a plain ray.init() would join whatever cluster a
         # `ray start` on this machine last wrote into /tmp/ray/ray_current_cluster.

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cluster import forget_ray_auth_state
 from s3_server import s3_server
 from sd_support import effective_steps, sampler_keys
 
@@ -51,6 +52,7 @@ def nodes() -> Iterator[dict[str, Any]]:
 
     if ray.is_initialized():
         ray.shutdown()
+    forget_ray_auth_state()  # an earlier module's cluster may have left another auth mode cached
     # Short: a raylet's socket paths under its temp dir must fit in 107 bytes.
     tmp = Path(tempfile.mkdtemp(prefix="sdc-", dir="/tmp"))
     saved = {k: os.environ.get(k) for k in TRAIN_ENV}

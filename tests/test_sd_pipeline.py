@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cluster import forget_ray_auth_state
 from PIL import Image
 from sd_support import effective_steps, sampler_keys
 
@@ -25,6 +26,7 @@ def cluster() -> Iterator[None]:
 
     if ray.is_initialized():
         ray.shutdown()
+    forget_ray_auth_state()  # an earlier module's cluster may have left another auth mode cached
     # More logical CPUs than cores: 2 Train workers and Data tasks must run together.
     ray.init(address="local", num_cpus=8, include_dashboard=False)
     yield

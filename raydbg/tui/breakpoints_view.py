@@ -153,6 +153,8 @@ class BreakpointsScreen(Screen[None]):
             gone = set(message.removed)
             self.breakpoints = [b for b in self.breakpoints if str(b.get("id")) not in gone]
             self._show()
+            if not message.error:  # the status line counts what the table shows
+                self._status(f"breakpoints · {summary(self.breakpoints)}", ok=True)
         if not message.error:
             self.app.notify(f"removed {message.what}", title="Breakpoints")
         self.poll()  # the gateway's list is the truth: ask again now
