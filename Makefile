@@ -62,10 +62,10 @@ MATRIX_RESULTS := build/matrix
 	test -x .venv-$*/bin/python || $(PYTHON_$*) -m venv .venv-$*
 	# No torch: the registry has only CUDA builds (GBs) for these Pythons; Train's torch
 	# tests skip there and docs/support.md says so.
-	# setuptools: the e2e tests pip-install a trainer package (--no-build-isolation), and a
-	# 3.12+ venv comes without it.
+	# setuptools: the e2e tests pip-install a trainer package (--no-build-isolation): a 3.12+
+	# venv comes without it, 3.10's has one without bdist_wheel (built in from 70.1).
 	.venv-$*/bin/pip install -q -e . 'ray[default,data,train]==$(RAY_$*)' \
-		'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0' 'setuptools'
+		'pytest==8.4.2' 'pytest-timeout==2.4.0' 'pytest-asyncio==1.5.0' 'setuptools>=70.1'
 	touch $@
 
 # One entry: its results (JUnit XML, versions) in build/matrix/ and its wall time.

@@ -62,7 +62,10 @@ def test_the_gateway_listens_on_raydbg_gateway_port(cluster: str, gateway_port: 
 
 def test_agents_come_up_by_themselves_and_status_reports_them(cluster: str) -> None:
     before = FRESH["list"]
-    assert before.returncode == 1 and "raydbg up" in before.stderr  # one clear line, no traceback
+    # The driver marked its agents as starting when it connected: the client waits for them
+    # (bounded), or says in one line that they are still starting; never "run raydbg up".
+    assert (before.returncode, before.stdout) == (0, "no paused sessions\n") or (
+        before.returncode == 1 and "still starting" in before.stderr), (before.returncode, before.stdout, before.stderr)
     assert "Traceback" not in before.stderr
     ref = ray.remote(targets.plain_task).remote(2)
     deadline = time.monotonic() + 90
