@@ -1,7 +1,8 @@
 """Real training shapes on a real cluster (Ray Train, gloo, CPU), one rank stuck in each (DDP,
 tensor-parallel subgroups, HSDP, a send/recv pipeline, FSDP2 on the SD tiny UNet): the wait-for
 graph names that rank alone, with the chain of who waits for whom, in `raydbg stacks` (JSON
-and text) and in the hang event; two groups entered in opposite orders are named a deadlock.
+and text) and in the hang event, and `raydbg pause RUN:RANK` stops that rank in its loader;
+two groups entered in opposite orders are named a deadlock.
 
 One cluster for the module; each shape is its own TorchTrainer run (tests/e2e/shape_targets.py),
 all started at once by the module's `runs` (their start-ups overlap: most of a run's time);
@@ -129,6 +130,20 @@ def _release(base: Path, name: str, fit: Fit) -> list[float]:
     return fit.join(timeout=300)
 
 
+def _pause_stuck_rank(gw: Any, run: str, rank: int) -> None:
+    """`raydbg pause RUN:RANK` on the stuck rank: a session at a line of the training code (its
+    loader, not a library or generated frame), then continued."""
+    answer = asyncio.run(gw.pause(f"{run}:{rank}", wait_s=10))
+    rec = answer["session"]
+    assert rec is not None, answer
+    deadline = time.monotonic() + 60
+    while rec["state"] == "snapshot" and time.monotonic() < deadline:  # listed before the thread stopped
+        time.sleep(0.1)
+        rec = next((x for x in asyncio.run(gw.sessions()) if x["id"] == rec["id"]), rec)
+    assert (Path(rec["file"]).name, rec["function"]) == ("shape_targets.py", "load_batch"), rec
+    asyncio.run(gw.continue_session(rec["id"]))
+
+
 def _hang_events(gw: Any, run: str) -> list[dict[str, Any]]:
     return [e for e in asyncio.run(gw.events(500))
             if e.get("kind") == "hang" and (e.get("details") or {}).get("train_run") == run]
@@ -147,11 +162,12 @@ def test_two_groups_entered_in_opposite_orders_are_reported_as_a_deadlock(
 def test_ddp_with_prepare_model_names_the_rank_whose_loader_hangs(
         cluster: tuple[Cluster, Any], runs: tuple[dict[str, Fit], Path]) -> None:
     """DDP's gradient all_reduce runs inside backward(): ranks 0 and 1 wait there for rank 2."""
-    c, _ = cluster
+    c, gw = cluster
     fits, base = runs
     chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2", re.escape(f"rank 2 is in {LOADER}")]
     run = _wait_graph(c, "shape-ddp", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [2]
+    _pause_stuck_rank(gw, "shape-ddp", 2)
     values = _release(base, "shape-ddp", fits["shape-ddp"])
     assert len(values) == 3 and len(set(values)) == 1  # DDP kept the replicas equal
 
@@ -182,13 +198,14 @@ def test_tensor_parallel_subgroups_name_the_stuck_rank_alone(
     assert details["culprits"][0]["stack_class"]["summary"] == LOADER
     assert _matches(details["chain"], chain), details["chain"]
     assert "; rank 2 waits in all_reduce #1 (group [2,3]) for 3; rank 3 is in load_batch" in event["message"]
+    _pause_stuck_rank(gw, "shape-tp", 3)
     values = _release(base, "shape-tp", fits["shape-tp"])
     assert len(values) == 4 and len(set(values)) == 1  # the gradients all-reduced over the world
 
 
 def test_hsdp_on_a_2x2_mesh_names_the_stuck_rank_through_both_mesh_dimensions(
         cluster: tuple[Cluster, Any], runs: tuple[dict[str, Fit], Path]) -> None:
-    c, _ = cluster
+    c, gw = cluster
     fits, base = runs
     chain = [r"rank 0 waits in all_reduce #\d+ \(group mesh_replicate \[0,2\]\) for 2",
              r"rank 1 waits in all_reduce #\d+ \(group mesh_replicate \[1,3\]\) for 3",
@@ -196,6 +213,7 @@ def test_hsdp_on_a_2x2_mesh_names_the_stuck_rank_through_both_mesh_dimensions(
              re.escape(f"rank 3 is in {LOADER}")]
     run = _wait_graph(c, "shape-hsdp", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [3]
+    _pause_stuck_rank(gw, "shape-hsdp", 3)
     values = _release(base, "shape-hsdp", fits["shape-hsdp"])
     assert len(values) == 4 and len(set(values)) == 1  # every rank ends with the same loss
 
@@ -203,7 +221,7 @@ def test_hsdp_on_a_2x2_mesh_names_the_stuck_rank_through_both_mesh_dimensions(
 def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(
         cluster: tuple[Cluster, Any], runs: tuple[dict[str, Fit], Path]) -> None:
     """gloo records no send/recv: the peers come from the ranks' waiting frames."""
-    c, _ = cluster
+    c, gw = cluster
     fits, base = runs
     chain = ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
              "rank 3 waits in recv (world) for 2", f"rank 2 is in {LOADER}"]
@@ -211,16 +229,18 @@ def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(
     assert run["culprits"] == [2]
     assert [(h["kind"], h["ranks"], h["on"]) for h in run["waits"]] == [
         ("p2p", [0], [1]), ("p2p", [1], [2]), ("p2p", [3], [2])]
+    _pause_stuck_rank(gw, "shape-pp", 2)
     assert len(_release(base, "shape-pp", fits["shape-pp"])) == 4
 
 
 def test_fsdp2_on_the_sd_tiny_unet_names_the_stuck_rank(
         cluster: tuple[Cluster, Any], runs: tuple[dict[str, Fit], Path]) -> None:
-    c, _ = cluster
+    c, gw = cluster
     fits, base = runs
     chain = [r"rank 0 waits in all_gather #\d+ \(world\) for 1", re.escape(f"rank 1 is in {LOADER}")]
     run = _wait_graph(c, "shape-fsdp2", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [1]
+    _pause_stuck_rank(gw, "shape-fsdp2", 1)
     values = _release(base, "shape-fsdp2", fits["shape-fsdp2"])
     assert len(values) == 2 and values[0] == values[1]
 
