@@ -10,6 +10,10 @@ NAMESPACE = "raydbg"
 # Settings raydbg carries from the driver to every worker of the job.
 CARRIED_PREFIXES = ("RAYDBG_", "OTEL_")
 CARRIED_NAMES = ("RAY_DEBUG", "RAY_DEBUG_POST_MORTEM")
+# A client attaching to a session listed a moment before its debugger listens ("starting") is
+# held this long, not refused: debugpy's adapter start takes seconds on a loaded node (3.5 s
+# late plus its start passed the 5 s this was before, at load 10-17).
+ATTACHABLE_WAIT_S = 15.0
 
 
 def debug_flag() -> str:

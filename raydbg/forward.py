@@ -16,7 +16,7 @@ from pathlib import Path
 
 import aiohttp
 
-from raydbg import telemetry
+from raydbg import config, telemetry
 from raydbg.client import Gateway, GatewayError
 from raydbg.local_peer import peer_uid
 from raydbg.private_dir import UnsafeDirError, check_private, runtime_dir
@@ -26,8 +26,7 @@ log = logging.getLogger("raydbg")
 REFUSED = telemetry.counter("raydbg.forward.refused", "{connection}",
                             "Local connections to raydbg forward refused: another uid, or unknown")
 
-# How long a client is held while its session is still "starting" (listed, not listening yet).
-ATTACHABLE_WAIT_S = 5.0
+# How often a client held for a "starting" session (config.ATTACHABLE_WAIT_S) looks again.
 ATTACHABLE_POLL_S = 0.1
 
 
@@ -148,7 +147,7 @@ class Forwarder:
         """Hold the client (bounded) while the session is listed but not attachable yet;
         the gateway answers the relay then (or says why not)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + ATTACHABLE_WAIT_S
+        deadline = loop.time() + config.ATTACHABLE_WAIT_S
         while loop.time() < deadline:
             rec = await self.gateway.session(self.session_id)
             if rec.get("attachable", True):

@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from aiohttp import web
 from aiohttp.abc import AbstractAccessLogger
 
-from raydbg import _ray_internals, api_errors, auth, dial, registry, telemetry, validate
+from raydbg import _ray_internals, api_errors, auth, config, dial, registry, telemetry, validate
 from raydbg.agent import feed, relay
 from raydbg.api_errors import BadRequest, Conflict, NotFound, Unauthorized, Unavailable
 from raydbg.telemetry import prometheus
@@ -24,8 +24,7 @@ log = logging.getLogger("raydbg.agent")
 
 SSE_KEEPALIVE_S = 15.0
 SSE_WRITE_TIMEOUT_S = 30.0
-# How long a DAP client is held while its session is still "starting" (not listening yet).
-ATTACHABLE_WAIT_S = 5.0
+# How often a client held for a "starting" session (config.ATTACHABLE_WAIT_S) looks again.
 ATTACHABLE_POLL_S = 0.05
 
 # Fields of a session record that stay inside raydbg (where the worker's debugger listens).
@@ -240,7 +239,7 @@ class AgentServer:
             return await self._relay_remote(request, rec, sid)
         # Listed a moment before its debugger listens ("starting"): the client waits, bounded.
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + ATTACHABLE_WAIT_S
+        deadline = loop.time() + config.ATTACHABLE_WAIT_S
         while not (rec.get("socket") or rec.get("port")):
             if loop.time() >= deadline:
                 raise Conflict(f"session {sid} is not attachable yet")
