@@ -10,6 +10,8 @@ the CLI prints it, the gateway answers it on.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
@@ -125,21 +127,13 @@ def call(peer: Peer, method: str, path: str, body: Any = None, timeout: float = 
 async def acall(peer: Peer, http: aiohttp.ClientSession, method: str, path: str, body: Any = None,
                 params: dict[str, str] | None = None, timeout: float = DEFAULT_TIMEOUT_S) -> Any:
     """`call` on an aiohttp session (its connection pool shared by a fan-out)."""
-    import asyncio
-
     import aiohttp
 
     headers, payload = request_parts(peer, body)
-    try:
+    with _aiohttp_errors(peer, timeout):
         async with http.request(method, peer.url(with_query(path, params)), data=payload, headers=headers,
                                 timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
             status, data = resp.status, await resp.read()
-    except aiohttp.ClientConnectorError:
-        raise unreachable(peer) from None
-    except asyncio.TimeoutError:
-        raise timed_out(peer, timeout) from None
-    except (aiohttp.ClientError, OSError) as exc:
-        raise failed(peer, exc) from None
     return answer(peer, status, data)
 
 
@@ -153,14 +147,28 @@ async def open_ws(peer: Peer, http: aiohttp.ClientSession, path: str, *, max_msg
 
     import aiohttp
 
+    with _aiohttp_errors(peer, timeout):
+        try:
+            return await asyncio.wait_for(http.ws_connect(peer.url(path), headers=peer.headers,
+                                                          max_msg_size=max_msg_size, heartbeat=heartbeat), timeout)
+        except aiohttp.WSServerHandshakeError as exc:
+            if exc.status == 401 and not (reasons and 401 in reasons):
+                raise Unauthorized(f"{peer.where()} refused the token: {peer.token_hint}") from None
+            raise from_status(exc.status, (reasons or {}).get(exc.status)
+                              or f"{peer.where()} refused the WebSocket: HTTP {exc.status}") from None
+
+
+@contextmanager
+def _aiohttp_errors(peer: Peer, timeout: float) -> Iterator[None]:
+    """aiohttp's and the socket's failures as the typed errors `call` raises for the same causes."""
+    import asyncio
+
+    import aiohttp
+
     try:
-        return await asyncio.wait_for(http.ws_connect(peer.url(path), headers=peer.headers, max_msg_size=max_msg_size,
-                                                      heartbeat=heartbeat), timeout)
-    except aiohttp.WSServerHandshakeError as exc:
-        if exc.status == 401 and not (reasons and 401 in reasons):
-            raise Unauthorized(f"{peer.where()} refused the token: {peer.token_hint}") from None
-        raise from_status(exc.status, (reasons or {}).get(exc.status)
-                          or f"{peer.where()} refused the WebSocket: HTTP {exc.status}") from None
+        yield
+    except ApiError:  # already typed (a refused handshake; Timeout is an OSError too)
+        raise
     except aiohttp.ClientConnectorError:
         raise unreachable(peer) from None
     except asyncio.TimeoutError:

@@ -11,6 +11,10 @@ import atexit
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+
+import pytest
+from doubles import FakeGcs
 
 # Every gateway a test starts records jobs' histories (docs/history.md): into a folder of this
 # run, not the user's ~/.raydbg/history. Tests of the history set their own.
@@ -18,3 +22,14 @@ if not os.environ.get("RAYDBG_HISTORY"):
     _history = tempfile.mkdtemp(prefix="raydbg-test-history-")
     os.environ["RAYDBG_HISTORY"] = _history
     atexit.register(shutil.rmtree, _history, True)
+
+
+@pytest.fixture
+def kv() -> Iterator[FakeGcs]:
+    """raydbg's registry on an in-memory KV for one test."""
+    from raydbg import registry
+
+    store = FakeGcs()
+    registry.use_client(store)
+    yield store
+    registry.use_client(None)

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from doubles import FakeGcs
 
-from raydbg import registry
 from raydbg.agent.server import AgentServer
 from raydbg.breakpoints import api as breakpoints_api
 from raydbg.gang import routes as gang_routes
@@ -25,12 +22,7 @@ JSON_ROUTES = [("POST", "/api/v1/node/pause"), ("POST", "/api/v1/pause"), ("POST
                ("POST", "/api/v1/breakpoints"), ("PUT", "/api/v1/breakpoints?owner=me")]
 
 
-@pytest.fixture(autouse=True)
-def kv() -> Iterator[FakeGcs]:
-    store = FakeGcs()
-    registry.use_client(store)
-    yield store
-    registry.use_client(None)
+pytestmark = pytest.mark.usefixtures("kv")  # every route reads the registry
 
 
 def answers(requests: list[tuple[str, str, bytes]]) -> list[tuple[int, Any]]:

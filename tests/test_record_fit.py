@@ -25,14 +25,6 @@ from raydbg.worker import resume, session
 CAP = validate.MAX_RECORD_BYTES
 
 
-@pytest.fixture
-def kv() -> Iterator[FakeGcs]:
-    store = FakeGcs()
-    registry.use_client(store)
-    yield store
-    registry.use_client(None)
-
-
 def _stored(kv: FakeGcs, key: str) -> bytes:
     return kv.data[key.encode()]
 

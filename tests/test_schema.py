@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
@@ -17,14 +16,6 @@ from raydbg import progress_records, registry, schema, schema_gen, validate
 from raydbg.record_rules import TRAIN_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def kv() -> Iterator[FakeGcs]:
-    store = FakeGcs()
-    registry.use_client(store)
-    yield store
-    registry.use_client(None)
 
 
 def _session(**kw: object) -> schema.SessionRecord:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +20,6 @@ from raydbg import registry, schema, validate
 from raydbg.gang import cluster_view, hang, hang_service, stack_classes, stragglers
 from raydbg.memory import service
 from raydbg.memory.policy import IDLE, Candidate
-
-
-@pytest.fixture
-def kv() -> Iterator[FakeGcs]:
-    store = FakeGcs()
-    registry.use_client(store)
-    yield store
-    registry.use_client(None)
 
 
 def round_trips(cls: type[schema.Record], value: dict[str, Any]) -> None:
