@@ -49,7 +49,7 @@ def _agent(**changes: Any) -> dict[str, Any]:
 def test_the_gateway_file_lives_in_our_private_folders_and_names_its_agent(tmp: Path) -> None:
     gateway_file.write(SESSION, _agent())
     target = gateway_file.path(SESSION)
-    assert target == tmp / "tmp" / private_name() / "sessions" / SESSION / "gateway.json"
+    assert target == tmp / "tmp" / f"raydbg-{os.getuid()}" / "sessions" / SESSION / "gateway.json"
     for d in (target.parent, target.parent.parent, target.parent.parent.parent):
         assert os.lstat(d).st_mode & 0o077 == 0
     assert client.find_gateway() == "10.0.0.1:7000"  # the session /tmp/ray names: only its name is used

@@ -172,7 +172,7 @@ def test_the_debugger_listens_only_on_a_private_socket_while_paused(ray_cluster:
     path = private["socket"]
     assert path and private["port"] is None
     assert "socket" not in rec and "port" not in rec  # the API never shows where it listens
-    assert path.endswith(f"/{private_name()}/debug/{pid}.sock")
+    assert path.endswith(f"/raydbg-{os.getuid()}/debug/{pid}.sock")
     assert os.stat(os.path.dirname(path)).st_mode & 0o777 == 0o700
     # No TCP listener was added by the pause: nothing for a local user to dial.
     assert _inet_listeners(pid) == before
