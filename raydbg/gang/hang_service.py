@@ -6,8 +6,8 @@ carries them (`raydbg events`, the TUI's events pane), with an OTel counter and 
 and the run's wait-for graph: the culprits with their stack class, and the chain of who
 waits for whom (one line per hop, the first ones in the message).
 For each rank raydbg/gang/stragglers.py finds slower than the others step after step, a
-`straggler` event carries the rank's figures and its stack class, sampled until the rank
-is alone in it (at its own work while the others wait). Nothing is stopped.
+`straggler` event carries the rank's figures and its stack class: the one it is most often
+alone in over several samples (at its own work while the others wait). Nothing is stopped.
 RAYDBG_HANG_AFTER_S (default 300) sets the hang threshold; RAYDBG_STRAGGLER_* the other.
 """
 
@@ -32,6 +32,7 @@ HANGS = telemetry.counter("raydbg.gang.hangs", "{run}", "Runs that made no progr
 STRAGGLERS = telemetry.counter("raydbg.gang.stragglers", "{rank}", "Ranks that worked longer than the others, step after step")
 MESSAGE_HOPS = 8  # lines of the wait-for chain in a hang event's message (its details have them all)
 STRAGGLER_SAMPLES = 20  # stack samples at most, to catch the straggler at its own work
+STRAGGLER_ALONE = 5  # samples with the straggler alone in its class, to choose among
 STRAGGLER_CHECK_S = 1.0  # a straggler is judged over its last steps: look often, it costs one merge
 
 
@@ -104,17 +105,24 @@ def class_of(stacks: dict[str, Any], pid: Any) -> dict[str, Any] | None:
 
 
 async def straggler_class(server: AgentServer, found: dict[str, Any]) -> tuple[dict[str, Any] | None, list[Any]]:
-    """The straggler's stack class, sampled until it is alone in it: at work while the others wait
-    (each step it also spends a moment in the sync point with them). Errors of the last sample."""
+    """Where the straggler spends its extra time: over several samples, the stack class it is
+    most often alone in (at work while the others wait). One sample alone can catch it anywhere
+    a loaded machine's scheduling left it behind (its optimizer step, say). Errors of the last
+    sample."""
     # The straggler is alone only for its extra time each step: samples half of that apart.
     extra = statistics.median(found["busy_s"]) - statistics.median(found["others_median_s"])
+    alone: dict[str, list[dict[str, Any]]] = {}  # class id -> that class, once per sample alone in it
     klass, errors = None, []
     for _ in range(STRAGGLER_SAMPLES):
         stacks = await stacks_for(server, found["job_id"], found["train_run"])
         klass, errors = class_of(stacks, found.get("pid")), stacks["errors"]
         if klass is not None and klass["count"] == 1:
-            break
+            alone.setdefault(klass["id"], []).append(klass)
+            if sum(map(len, alone.values())) >= STRAGGLER_ALONE:
+                break
         await asyncio.sleep(max(0.02, extra / 2))
+    if alone:  # the most frequent; of equals, the first seen
+        return max(alone.values(), key=len)[-1], errors
     return klass, errors
 
 
