@@ -104,7 +104,8 @@ def _run(c: Cluster, name: str) -> dict[str, Any] | None:
     return dict(runs[0])
 
 
-def _wait_graph(c: Cluster, name: str, done: Callable[[dict[str, Any]], bool], timeout: float = 300) -> dict[str, Any]:
+def _wait_graph(c: Cluster, fit: Fit, name: str, done: Callable[[dict[str, Any]], bool],
+                timeout: float = 300) -> dict[str, Any]:
     """`raydbg stacks --run NAME --json` until the run's graph says `done` (the ranks have
     reached their waits: start-up on a loaded machine takes a while)."""
     deadline = time.monotonic() + timeout
@@ -118,7 +119,8 @@ def _wait_graph(c: Cluster, name: str, done: Callable[[dict[str, Any]], bool], t
         if not seen or seen[-1] != got:
             seen.append(got)
         time.sleep(1.0)
-    raise AssertionError(f"run {name}: graph not as expected; seen: {json.dumps(seen)}")
+    ended = "" if fit.thread.is_alive() else f" (the run ended: {fit.error!r} {getattr(fit.result, 'error', None)!r})"
+    raise AssertionError(f"run {name}: graph not as expected{ended}; seen: {json.dumps(seen)}")
 
 
 def _matches(chain: list[str], patterns: list[str]) -> bool:
@@ -153,9 +155,10 @@ def test_two_groups_entered_in_opposite_orders_are_reported_as_a_deadlock(
         cluster: tuple[Cluster, Any], runs: tuple[dict[str, Fit], Path]) -> None:
     """No rank is free: no culprit, the cycle 0 -> 1 -> 0. First: the run's gloo timeout runs."""
     c, _ = cluster
+    fits, _ = runs
     chain = [re.escape("rank 0 waits in all_reduce #1 (group [0,1]) for 1"), r"ranks 1,2 wait in all_reduce #\d+ \(world\) for 0",
              re.escape("deadlock: ranks 0 -> 1 -> 0 wait on each other (a cycle: none of them can go on)")]
-    run = _wait_graph(c, "shape-deadlock", lambda r: _matches(r["chain"], chain), timeout=240)
+    run = _wait_graph(c, fits["shape-deadlock"], "shape-deadlock", lambda r: _matches(r["chain"], chain), timeout=240)
     assert run["culprits"] == [] and [d["ranks"] for d in run["deadlocks"]] == [[0, 1]]
 
 
@@ -165,7 +168,7 @@ def test_ddp_with_prepare_model_names_the_rank_whose_loader_hangs(
     c, gw = cluster
     fits, base = runs
     chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2", re.escape(f"rank 2 is in {LOADER}")]
-    run = _wait_graph(c, "shape-ddp", lambda r: _matches(r["chain"], chain))
+    run = _wait_graph(c, fits["shape-ddp"], "shape-ddp", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [2]
     _pause_stuck_rank(gw, "shape-ddp", 2)
     values = _release(base, "shape-ddp", fits["shape-ddp"])
@@ -181,7 +184,7 @@ def test_tensor_parallel_subgroups_name_the_stuck_rank_alone(
     chain = [r"ranks 0,1 wait in all_reduce #\d+ \(world\) for 2,3",
              re.escape("rank 2 waits in all_reduce #1 (group [2,3]) for 3"),
              re.escape(f"rank 3 is in {LOADER}")]
-    run = _wait_graph(c, "shape-tp", lambda r: _matches(r["chain"], chain))
+    run = _wait_graph(c, fits["shape-tp"], "shape-tp", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [3] and run["deadlocks"] == []
     assert run["collectives_seen"] == [0, 1, 2, 3]
     assert sorted(run["groups"].values()) == ["group [0,1]", "group [2,3]", "world"]
@@ -211,7 +214,7 @@ def test_hsdp_on_a_2x2_mesh_names_the_stuck_rank_through_both_mesh_dimensions(
              r"rank 1 waits in all_reduce #\d+ \(group mesh_replicate \[1,3\]\) for 3",
              r"rank 2 waits in all_gather #\d+ \(group mesh_shard \[2,3\]\) for 3",
              re.escape(f"rank 3 is in {LOADER}")]
-    run = _wait_graph(c, "shape-hsdp", lambda r: _matches(r["chain"], chain))
+    run = _wait_graph(c, fits["shape-hsdp"], "shape-hsdp", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [3]
     _pause_stuck_rank(gw, "shape-hsdp", 3)
     values = _release(base, "shape-hsdp", fits["shape-hsdp"])
@@ -225,7 +228,7 @@ def test_a_pipeline_stuck_at_stage_2_chains_through_the_stages(
     fits, base = runs
     chain = ["rank 0 waits in recv (world) for 1", "rank 1 waits in send (world) for 2",
              "rank 3 waits in recv (world) for 2", f"rank 2 is in {LOADER}"]
-    run = _wait_graph(c, "shape-pp", lambda r: r["chain"] == chain)
+    run = _wait_graph(c, fits["shape-pp"], "shape-pp", lambda r: r["chain"] == chain)
     assert run["culprits"] == [2]
     assert [(h["kind"], h["ranks"], h["on"]) for h in run["waits"]] == [
         ("p2p", [0], [1]), ("p2p", [1], [2]), ("p2p", [3], [2])]
@@ -238,7 +241,7 @@ def test_fsdp2_on_the_sd_tiny_unet_names_the_stuck_rank(
     c, gw = cluster
     fits, base = runs
     chain = [r"rank 0 waits in all_gather #\d+ \(world\) for 1", re.escape(f"rank 1 is in {LOADER}")]
-    run = _wait_graph(c, "shape-fsdp2", lambda r: _matches(r["chain"], chain))
+    run = _wait_graph(c, fits["shape-fsdp2"], "shape-fsdp2", lambda r: _matches(r["chain"], chain))
     assert run["culprits"] == [1]
     _pause_stuck_rank(gw, "shape-fsdp2", 1)
     values = _release(base, "shape-fsdp2", fits["shape-fsdp2"])
