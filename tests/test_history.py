@@ -406,3 +406,25 @@ def test_an_entry_of_the_wrong_shape_is_one_line_not_a_traceback(tmp_path: Path)
         out = _cli("history", *args, "--from", str(tmp_path / "h"))
         assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
         assert out.stderr.startswith("raydbg: history: the record holds an entry raydbg cannot read"), out.stderr
+
+
+@pytest.mark.parametrize("value", ["off", "OFF", "0", "none", "false"])
+def test_history_off_starts_no_recorder_on_the_gateway(value: str, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAYDBG_HISTORY=off: the gateway records nothing (benchmarks/history_job_cost.py's `off`)."""
+    from types import SimpleNamespace
+
+    from aiohttp import web
+
+    from raydbg.agent_host import history_recorder
+
+    def hooks(history: str, is_head: bool = True) -> int:
+        monkeypatch.setenv("RAYDBG_HISTORY", history)
+        app = web.Application()
+        before = len(app.on_startup)  # aiohttp's own (cleanup_ctx) is there already
+        history_recorder.register(SimpleNamespace(is_head=is_head), app)  # type: ignore[arg-type]
+        return len(app.on_startup) - before
+
+    assert hooks(str(tmp_path / "h")) == 1  # on: the recorder starts with the gateway
+    assert hooks(str(tmp_path / "h"), is_head=False) == 0  # another node's agent: never
+    assert hooks(value) == 0
