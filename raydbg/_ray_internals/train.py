@@ -115,7 +115,11 @@ def _attempt_record(a: Any) -> dict[str, Any]:
 
 def train_run_records(run: str | None = None, timeout: float = 5.0) -> list[dict[str, Any]]:
     """Every Ray Train V2 run the state actor knows (or those whose name or id is `run`), each with
-    every attempt, oldest first, as plain dicts; [] without Train or its state actor. One call pair."""
+    every attempt, oldest first, as plain dicts; [] without Train or its state actor. One call.
+
+    The dicts are made inside the state actor (`__ray_call__`): a run's settings hold its backend
+    config, and unpickling a TorchConfig here would import torch into the caller (the gateway:
+    +250 MiB and a second of CPU). Where that call fails, the objects are read here."""
     try:
         from ray.train.v2._internal.state.state_actor import get_state_actor
     except Exception:
@@ -125,10 +129,22 @@ def train_run_records(run: str | None = None, timeout: float = 5.0) -> list[dict
     actor = get_state_actor()
     if actor is None:
         return []
-    runs: dict[str, Any]
-    attempts: dict[str, Any]
-    runs, attempts = ray.get([actor.get_train_runs.remote(), actor.get_train_run_attempts.remote()],
-                             timeout=timeout)
+    try:
+        return list(ray.get(actor.__ray_call__.remote(_records_in_state_actor, run), timeout=timeout))
+    except (AttributeError, ray.exceptions.RayTaskError):  # an older Ray, or raydbg not importable there
+        runs: dict[str, Any]
+        attempts: dict[str, Any]
+        runs, attempts = ray.get([actor.get_train_runs.remote(), actor.get_train_run_attempts.remote()],
+                                 timeout=timeout)
+        return _records(runs, attempts, run)
+
+
+def _records_in_state_actor(state: Any, run: str | None) -> list[dict[str, Any]]:
+    """Runs in Train's state actor (it holds the runs' objects): only plain dicts cross."""
+    return _records(state.get_train_runs(), state.get_train_run_attempts(), run)
+
+
+def _records(runs: dict[str, Any], attempts: dict[str, Any], run: str | None) -> list[dict[str, Any]]:
     out = []
     for run_id, r in runs.items():
         if run is not None and run not in (run_id, r.name):

@@ -112,6 +112,11 @@ def test_attempts_in_stacks_and_goodput(cluster: Cluster, tmp_path: Path, where:
     assert first["status"] == "ERRORED" and first["error"] == f"RuntimeError: {restart_targets.FAILURE}"
     assert second["status"] == "FINISHED" and second["failed"] == [] and second["ended"] >= second["started"]
     assert first["ended"] <= second["started"]
+    # Train's state reached the gateway as plain dicts: its process never loaded torch (a run's
+    # settings hold its TorchConfig; unpickled there, it would).
+    agents = json.loads(c.cli("status", "--json", timeout=60).stdout)["agents"]
+    gateway = next(a for a in agents if a["is_head"])
+    assert "libtorch" not in Path(f"/proc/{gateway['pid']}/maps").read_text(), "the gateway imported torch"
 
     # The job's record: the same attempts, as `raydbg goodput` printed them; then the cluster goes.
     def both_ended(view: dict[str, Any]) -> bool:
