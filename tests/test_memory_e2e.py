@@ -4,13 +4,12 @@ and the kill outlives the cluster in the job's record (`raydbg history show`).""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.history_support import history
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
 import memory_workload  # noqa: E402
@@ -42,22 +41,14 @@ KILL = memory_workload.Scenario(
 )  # fmt: skip
 
 
-def history_show(name: str, where: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    """`raydbg history show NAME WHERE [flags]`, as a user runs it: its own process, no cluster."""
-    root = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
-    cmd = [sys.executable, "-m", "raydbg", "history", "show", name, where, *flags]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
-
-
 @pytest.mark.skipif(sys.platform != "linux", reason="cgroups are Linux-only")
 def test_raydbg_kills_newest_retriable_task_before_the_kernel(tmp_path: Path) -> None:
     why = _can_sandbox()
     if why:
         pytest.skip(why)
     sc = KILL
-    history = str(tmp_path / "history")
-    r = memory_workload.run("agent", sc, timeout=120, history=history)
+    where = str(tmp_path / "history")
+    r = memory_workload.run("agent", sc, timeout=120, history=where)
     assert "results" in r, r.get("driver_tail")
     assert r["kernel_oom_kills"] == 0
     assert [x["status"] for x in r["results"]] == ["ok", "ok", "ok"]
@@ -78,13 +69,13 @@ def test_raydbg_kills_newest_retriable_task_before_the_kernel(tmp_path: Path) ->
 
     # The cluster is gone (ray.shutdown(), then the cgroup emptied); the job's record has it all.
     assert r["agent"]["record"]["missing"] == [], r["agent"]
-    shown = history_show(r["job_id"], history, "--json")
+    shown = history("show", r["job_id"], where, "--json")
     assert shown.returncode == 0, shown.stderr
     recorded = {e["id"]: e for e in json.loads(shown.stdout)["events"] if e["kind"] == "memory.kill"}
     assert set(recorded) == {e["id"] for e in r["events"]}
     for e in r["events"]:  # every detail as the driver read it from the registry
         assert recorded[e["id"]] == e
-    text = history_show(r["job_id"], history)
+    text = history("show", r["job_id"], where)
     assert text.returncode == 0, text.stderr
     assert "memory.kill" in text.stdout and f"killed task grow (pid {d['victim']['pid']}" in text.stdout
     assert d["decision"] in text.stdout
