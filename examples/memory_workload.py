@@ -6,7 +6,10 @@
 A child memory cgroup (needs root or a delegated cgroup) is the node; a
 single-node Ray cluster runs inside it: a non-restartable actor holds memory while
 retriable tasks grow past the limit (some of them `max_retries=0` calls of the same
-function). Modes: `kernel` (no monitor), `ray` (Ray's), `raydbg` (ours), `both`.
+function). Modes: `kernel` (no monitor), `ray` (Ray's), `raydbg` (ours, spawned by the
+driver), `both` (Ray's and ours), `agent` (ours as the product runs it: the driver starts the
+head node's raydbg agent, which spawns the monitor and, as the gateway, records the job's
+history under RAYDBG_HISTORY; the driver waits until the record holds every kill).
 `run()` is reused by tests/test_memory_e2e.py and benchmarks/memory_pressure.py.
 """
 
@@ -47,8 +50,11 @@ def _touch(n: int) -> bytearray:
     return b
 
 
+RAYDBG_MODES = ("raydbg", "both", "agent")  # raydbg's monitor runs
+
+
 def driver(sc: Scenario, mode: str) -> dict[str, Any]:
-    if mode in ("kernel", "raydbg"):
+    if mode in ("kernel", "raydbg", "agent"):
         os.environ["RAY_memory_monitor_refresh_ms"] = "0"  # Ray's monitor off
     import ray
 
@@ -57,7 +63,7 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
         "RAYDBG_MEMORY_MONITOR": "on",
     }
     runtime_env: dict[str, Any] = {"env_vars": env_vars}
-    if mode in ("raydbg", "both"):
+    if mode in RAYDBG_MODES:
         from raydbg.memory import start_gate
 
         os.environ.update(env_vars)
@@ -72,14 +78,17 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
         logging_level="ERROR",
     )
     ctx = ray.get_runtime_context()
-    node_id, gcs = ctx.get_node_id(), ctx.gcs_address
+    node_id, gcs, job_id = ctx.get_node_id(), ctx.gcs_address, ctx.get_job_id()
     service = None
+    agent: dict[str, Any] = {}
     if mode in ("raydbg", "both"):
         from raydbg.memory import service as svc
 
         service = svc.spawn(
             gcs, node_id, env=env_vars, log_path=os.environ.get("RAYDBG_MONITOR_LOG")
         )
+    elif mode == "agent":
+        agent = _start_agent(node_id)
 
     @ray.remote(max_restarts=0, num_cpus=0)
     class Holder:
@@ -107,6 +116,8 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
     ray.get(holder.ping.remote(), timeout=60)
     time.sleep(1.0)  # the monitor is up, the node is calm
     base_mb = _node_used_mb()  # Ray, the actor and idle workers: what the tasks share the node with
+    if agent:
+        agent["anon_mb_at_start"] = _anon_mb(agent["pid"])
     t0 = time.time()
     refs = []
     for i in range(sc.tasks):
@@ -140,14 +151,18 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
         actor_alive = False
     events: list[dict[str, Any]] = []
     stats: dict[str, Any] = {}
-    if service is not None:
+    if mode in RAYDBG_MODES:
         from raydbg import registry
 
         time.sleep(0.3)
         events = [e for e in registry.events(200) if e.get("kind") == "memory.kill"]
         stats = registry.get("memory/" + node_id) or {}
+    if service is not None:
         service.terminate()
         service.wait(10)
+    if agent:
+        agent["anon_mb_at_end"] = _anon_mb(agent["pid"])
+        agent["record"] = _wait_for_record(job_id, [e["id"] for e in events])
     ray_kills = _ray_kill_count()
     alive = _system_alive()
     ray.shutdown()
@@ -161,8 +176,68 @@ def driver(sc: Scenario, mode: str) -> dict[str, Any]:
         "ray_kills": ray_kills,
         "events": events,
         "monitor": stats,
+        "job_id": job_id,
+        "agent": agent,
         **alive,
     }
+
+
+def _start_agent(node_id: str, timeout: float = 60.0) -> dict[str, Any]:
+    """The head node's raydbg agent, as an activated driver starts it; back once its memory
+    monitor runs. Its pid and how long the start took."""
+    import ray
+
+    from raydbg import registry
+    from raydbg.agent_host import lifecycle
+
+    t0 = time.monotonic()
+    handle = lifecycle.ensure_agent(node_id, True, lifecycle.who("examples/memory_workload.py"))
+    ray.get(handle.ping.remote(), timeout=timeout)
+    rec: dict[str, Any] = {}
+    while time.monotonic() - t0 < timeout:
+        rec = registry.get(registry.AGENT + node_id) or {}
+        if (rec.get("memory_monitor") or {}).get("state") == "running":
+            break
+        time.sleep(0.1)
+    else:
+        raise RuntimeError(f"the agent's memory monitor is not running: {rec.get('memory_monitor')}")
+    return {"pid": rec["pid"], "start_s": round(time.monotonic() - t0, 2)}
+
+
+def _anon_mb(pid: int) -> float | None:
+    """A process's anonymous memory (what the cgroup holds against the node), MiB."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _wait_for_record(job_id: str, event_ids: list[str], timeout: float = 20.0) -> dict[str, Any]:
+    """Wait (bounded) until the job's history record (RAYDBG_HISTORY, written by the gateway
+    every few seconds) holds every event in `event_ids`: the cluster goes down next, and the
+    recorder's last round with it. What is still missing when the time is up is said."""
+    from raydbg.history import reader, store
+
+    t0 = time.monotonic()
+    place = store.open_store()
+    missing = set(event_ids)
+    record = ""
+    while True:
+        try:
+            record = reader.resolve(place, job_id)
+            got = reader.load(place, record)["entries"]
+            missing = set(event_ids) - {e["data"].get("id") for e in got if e["kind"] == "event"}
+        except OSError:
+            pass  # no record yet
+        if (record and not missing) or time.monotonic() - t0 > timeout:
+            break
+        time.sleep(0.25)
+    return {"where": place.where, "record": record, "missing": sorted(missing),
+            "waited_s": round(time.monotonic() - t0, 2)}
 
 
 def _node_used_mb() -> int:
@@ -214,12 +289,14 @@ def run(
     bind_mount: bool = False,
     timeout: float = 240.0,
     monitor_log: str | None = None,
+    history: str | None = None,
 ) -> dict[str, Any]:
     """Run one configuration in a fresh child cgroup; returns the driver's report plus OOM kills.
 
     bind_mount: run in a mount namespace with the child cgroup bind-mounted on
     /sys/fs/cgroup/memory, so Ray's monitor (which reads only the root paths) sees the
     limit as it would in a container.
+    history: RAYDBG_HISTORY of the cluster (where mode `agent`'s gateway records the job).
     """
     from cgroup_sandbox import ChildCgroup
 
@@ -235,6 +312,8 @@ def run(
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     if monitor_log:
         env["RAYDBG_MONITOR_LOG"] = monitor_log
+    if history:
+        env["RAYDBG_HISTORY"] = history
     with ChildCgroup(sc.limit_mb * MiB) as cg:
         if bind_mount:
             inner = " ".join(f"'{c}'" for c in cmd)
@@ -281,7 +360,7 @@ def summary(r: dict[str, Any]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--mode", default="raydbg", choices=["kernel", "ray", "raydbg", "both"])
+    p.add_argument("--mode", default="raydbg", choices=["kernel", "ray", "raydbg", "both", "agent"])
     p.add_argument("--driver", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true")
     args = p.parse_args()

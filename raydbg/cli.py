@@ -86,7 +86,13 @@ def main(argv: list[str] | None = None) -> int:
         from raydbg import config
 
         config.mark_cli_process()
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # words after an option (`history show --json JOB`): argparse leaves them over
+        into = getattr(args, "intermixed", None)  # the command's positionals that may follow options
+        if into is None or any(x.startswith("-") for x in extra):
+            parser.error("unrecognized arguments: " + " ".join(extra))
+        setattr(args, into, [*getattr(args, into), *extra])
     try:
         return int(args.fn(args) or 0)
     except (UserError, GatewayError) as exc:

@@ -92,6 +92,10 @@ def test_history_cli_lists_shows_and_round_trips_json_without_ray(tmp_path: Path
     shown = json.loads(out.stdout)
     assert shown == json.loads(json.dumps(view.build(reader.load(s, JOB))))  # --json round-trips the view
     assert [e["kind"] for e in shown["events"]] == ["hang", "memory.kill"]
+    out = _cli("history", "show", "--json", JOB, str(tmp_path / "h"))  # options before the words too
+    assert out.returncode == 0 and json.loads(out.stdout) == shown, out.stderr
+    out = _cli("history", "show", JOB, "--nope")
+    assert out.returncode == 2 and "unrecognized arguments: --nope" in out.stderr
     out = _cli("history", "show", "nope", str(tmp_path / "h"))
     assert out.returncode == 1 and out.stderr.startswith("raydbg: raydbg history: no job or run 'nope'"), out.stderr
     assert "Traceback" not in out.stderr

@@ -54,6 +54,7 @@ from raydbg._ray_internals.post_mortem import POST_MORTEM_MODULES, route_post_mo
 from raydbg._ray_internals.process import (
     current_task_id_hex,
     node_identity,
+    owns_cluster,
     session_dir,
     worker_mode,
 )
@@ -113,6 +114,7 @@ __all__ = [
     "live_runs",
     "missing_features",
     "node_identity",
+    "owns_cluster",
     "ray_auth_token",
     "route_post_mortem",
     "running_objects",

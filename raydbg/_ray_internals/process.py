@@ -3,7 +3,8 @@ node, running task.
 
 Written for Ray 2.51.x to 2.60.x (each name below read in 2.51.2, 2.55.1 and 2.60.0). Relies on `ray._private.worker`'s `global_worker` (`mode`,
 `node`, `current_task_id`), `WORKER_MODE`, `SCRIPT_MODE` and `_global_node`
-(`get_session_dir_path()`, `session_name`, `node_ip_address`). The mode, session and node
+(`get_session_dir_path()`, `session_name`, `node_ip_address`, `head`: true only where this
+process started the head node, `ray.init()` of a local cluster). The mode, session and node
 reads import nothing (Ray not imported yet: no answer); each read gives None (or {}) where
 Ray has no answer.
 """
@@ -39,6 +40,19 @@ def session_dir() -> str | None:
         return str(node.get_session_dir_path()) if node is not None else None
     except Exception:
         return None
+
+
+def owns_cluster() -> bool:
+    """This process started the cluster it is connected to (`ray.init()` with no cluster to
+    join): the cluster goes down with its `ray.shutdown()` or its exit."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    try:
+        node = ray._private.worker._global_node if ray is not None else None
+        return bool(node is not None and getattr(node, "head", False))
+    except Exception:
+        return False
 
 
 def node_identity() -> dict[str, str]:

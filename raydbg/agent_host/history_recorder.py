@@ -9,6 +9,10 @@ new telemetry spans. A Train run's job's record is also written under the run's
 RunConfig(storage_path) once Train's state names it (a second writer, its own files). Entries with no job (a node's memory, a monitor failure) go to every
 job seen in the last ACTIVE_S. Nothing here can fail or slow a job: errors are logged and
 the next round tries again.
+
+A cluster's processes are killed, not stopped, when it goes down (the agent gets no SIGTERM, no
+exit handler runs), so what happened since the last round would be lost: a driver that owns
+its cluster asks for one more round first (`record_now`, from raydbg/agent_host/lifecycle.py).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import os
 import platform
 import re
 import statistics
+import threading
 import time
 from collections import OrderedDict
 from typing import Any
@@ -54,6 +59,7 @@ class Recorder:
         self.next_slow = 0.0
         self.copies: dict[str, dict[str, writer.HistoryWriter]] = {}  # job -> storage_path -> its writer
         self.tried: set[tuple[str, str]] = set()
+        self.round_lock = threading.Lock()  # the loop's rounds and record_now's
         import ray
 
         session = os.path.basename(_ray_internals.session_dir() or "").removeprefix("session_")
@@ -99,6 +105,10 @@ class Recorder:
 
     # --- every POLL_S ----------------------------------------------------------------------------
     def events_and_sessions(self) -> None:
+        with self.round_lock:
+            self._events_and_sessions()
+
+    def _events_and_sessions(self) -> None:
         now = time.time()
         sessions = {s["id"]: s for s in registry.sessions()}
         for s in sessions.values():
@@ -187,6 +197,22 @@ class Recorder:
 
 
 _TASK = web.AppKey("raydbg_history_task", asyncio.Task)
+_recorder: Recorder | None = None  # this gateway's, once it records
+
+
+def record_now() -> bool:
+    """One round of events and sessions now, and every writer flushed: what happened since the
+    last round is in the records before the cluster goes down. False when nothing is recorded
+    here (not the gateway, RAYDBG_HISTORY=off, the store not opened) or a write failed."""
+    rec = _recorder
+    if rec is None:
+        return False
+    rec.events_and_sessions()
+    ok = rec.out.flush()
+    for copies in list(rec.copies.values()):
+        for copy in list(copies.values()):
+            ok = copy.flush() and ok
+    return ok
 
 
 def register(server: AgentServer, app: web.Application) -> None:
@@ -201,7 +227,9 @@ def register(server: AgentServer, app: web.Application) -> None:
         except Exception as exc:
             log.warning("raydbg: no history recorded: %s", exc)
             return
-        app[_TASK] = asyncio.create_task(Recorder(server, out).run_forever())
+        global _recorder
+        _recorder = Recorder(server, out)
+        app[_TASK] = asyncio.create_task(_recorder.run_forever())
 
     async def stop(app: web.Application) -> None:
         task = app.get(_TASK)

@@ -4,7 +4,9 @@ head's agent, raydbg/agent_host/actor.py). RAYDBG_AGENTS=off leaves the start to
 
 The agent host (actor.py) is imported only when an agent is to be started: a pausing
 worker and a driver pay for it in a background thread, if at all. Ray never shuts down under
-such a thread: `ray.shutdown()` and the exit wait for it first (bounded, JOIN_AT_EXIT_S)."""
+such a thread: `ray.shutdown()` and the exit wait for it first (bounded, JOIN_AT_EXIT_S). A
+driver whose cluster goes down with it then has the gateway record its last seconds
+(`record_history_at_teardown`, bounded, RECORD_AT_TEARDOWN_S)."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ _starting: set[threading.Thread] = set()  # this process's agent starts still un
 _release_at_shutdown: set[threading.Event] = set()  # starts waiting for a first result
 
 JOIN_AT_EXIT_S = 10.0  # ray.shutdown() or an exit waits at most this long for them
+RECORD_AT_TEARDOWN_S = 5.0  # ... and for the gateway's last history round at most this long
 # A driver's agent start waits for its first task result at most this long (a fresh worker
 # starts in ~0.3 s on 2 idle cores; benchmarks/first_task.py).
 START_AFTER_S = 2.0
@@ -62,7 +65,29 @@ def ensure_all_soon(started_by: str, go: threading.Event | None = None) -> threa
     go = go or threading.Event()
     with _ensure_lock:
         _release_at_shutdown.add(go)
-    return _in_background(_ensure_all_quietly, (started_by, go), "raydbg-start-agents")
+    thread = _in_background(_ensure_all_quietly, (started_by, go), "raydbg-start-agents")
+    _ray_internals.before_ray_shutdown(record_history_at_teardown)  # after the wait for the start
+    return thread
+
+
+def record_history_at_teardown(timeout: float = RECORD_AT_TEARDOWN_S) -> bool:
+    """Before this driver's Ray shuts down: when the cluster goes with it (this driver started
+    it), the gateway records what happened since its last round (every 2 s) and flushes; the
+    cluster's processes are then killed, the gateway's last seconds with them. Bounded; quiet
+    (False) when the cluster outlives the driver, no gateway runs, or the call fails."""
+    if not _ray_internals.owns_cluster():
+        return False
+    try:
+        import ray
+
+        gateway = registry.get(registry.GATEWAY)
+        if not gateway:
+            return False
+        handle = ray.get_actor(agent_name(str(gateway["node_id"])), namespace=NAMESPACE)
+        return bool(ray.get(handle.record_history_now.remote(), timeout=timeout))
+    except Exception as exc:
+        log.debug("raydbg: the gateway's last history round before teardown failed: %s", exc)
+        return False
 
 
 def _in_background(target: Any, args: tuple[Any, ...], name: str) -> threading.Thread:

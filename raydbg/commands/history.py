@@ -120,6 +120,6 @@ def register(sub: Any) -> None:
     p.add_argument("--from", dest="source", help="the records' place (default: RAYDBG_HISTORY, else ~/.raydbg/history)")
     p.add_argument("--html", help="report: the HTML file to write")
     p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(fn=cmd_history)
+    p.set_defaults(fn=cmd_history, intermixed="words")  # `show --json JOB` as well as `show JOB --json`
 
 

@@ -10,12 +10,14 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 
 from e2e.conftest import Cluster, wait_until
+from e2e.history_support import history
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
 
@@ -112,3 +114,23 @@ def test_a_node_that_joins_later_gets_its_agent_from_the_head() -> None:
             [a for a in (_status(c) or {"agents": []})["agents"] if a["node_id"] == far.node_id]))
         assert agents[0]["started_by"].startswith("the head's agent (pid "), agents[0]
         assert agents[0]["is_head"] is False
+
+
+def test_the_last_seconds_before_the_drivers_own_cluster_goes_reach_the_record(tmp_path: Path) -> None:
+    """The cluster's processes are killed when the driver that started it shuts Ray down: the
+    gateway never gets to its next round (every 2 s). The driver asks for one first."""
+    import secrets
+
+    from raydbg import registry, schema
+
+    where = tmp_path / "history"
+    with Cluster(num_cpus=1, env={"RAYDBG_HISTORY": str(where)}) as c:
+        assert ray.get(ray.remote(lambda: 1).remote(), timeout=60) == 1
+        wait_until(what="no gateway", timeout=60, every=0.2, check=lambda: registry.get(registry.GATEWAY))
+        job = ray.get_runtime_context().get_job_id()
+        last = registry.put_event(schema.Event(id=secrets.token_hex(4), ts=time.time(), kind="test.last",
+                                               message="the last thing before teardown", details={"job_id": job}))
+        c.shutdown()  # at once, well within the recorder's 2 s
+    shown = history("show", job, str(where), "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert last["id"] in [e["id"] for e in json.loads(shown.stdout)["events"]], shown.stdout
