@@ -66,7 +66,10 @@ def private_name() -> str:
 
 
 def private_dir(base: str | os.PathLike[str], *sub: str) -> Path:
-    """`<base>/raydbg-<uid>[/sub...]`, created 0700 if missing, checked either way."""
+    """`<base>/raydbg-<uid>[/sub...]`, created 0700 if missing, checked either way. A base
+    named in the environment (RAYDBG_PROGRESS_BASE and the like) that does not exist yet is
+    created 0700: otherwise every record under it would fail, silently, in the workers."""
+    os.makedirs(base, 0o700, exist_ok=True)
     path = _made_private(check_base(Path(base)) / private_name())
     for part in sub:
         path = _made_private(path / part)

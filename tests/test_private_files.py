@@ -61,6 +61,14 @@ def test_a_directory_open_to_others_is_refused_and_one_made_here_is_0700(tmp_pat
         assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
 
 
+def test_a_base_that_does_not_exist_yet_is_made_ours_and_0700(tmp_path: Path) -> None:
+    """RAYDBG_PROGRESS_BASE=/a/new/dir: made, not a silent failure of every record under it."""
+    made = private_dir(tmp_path / "new" / "base", "progress")
+    assert made == tmp_path / "new" / "base" / MINE / "progress"
+    st = os.lstat(tmp_path / "new" / "base")
+    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
+
+
 def test_a_symlink_planted_as_the_directory_is_refused(tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
