@@ -95,8 +95,8 @@ main-suite: $(STAMP) lint vscode-test
 	$(BIN)/python tests/version_matrix.py versions > $(MATRIX_RESULTS)/main.json
 	$(BIN)/python -m pytest -q -rs --durations=20 --junitxml=$(MATRIX_RESULTS)/main.xml tests
 
-# `make test` runs the main suite in two parts side by side, the end-to-end tests (tests/e2e:
-# mostly waiting on Ray clusters) and the rest, and the version matrix after the rest: its
+# `make test` runs the main suite in two parts side by side, most end-to-end tests (tests/e2e:
+# mostly waiting on Ray clusters) and the rest with E2E_BESIDE_UNITS, and the version matrix after the rest: its
 # venvs install first (~1 min each), then its entries one after another. A part's results
 # are main-<part>.xml (version_matrix.py reads them as one column). The parts share this
 # machine, so each side gets its own folders for what raydbg keeps per machine (a node's
@@ -104,11 +104,21 @@ main-suite: $(STAMP) lint vscode-test
 # token file, another Ray version's); Ray's token is made before either starts a cluster (two
 # clusters starting at once would each write one). The side's output is build/matrix/side.log,
 # printed at the end with docs/support.md rendered; `make test` fails when any part failed.
+# The end-to-end modules that run beside the unit tests instead (the two parts then take about
+# as long): the SD app's, packaging, telemetry, TUI, VS Code and benchmark smoke runs.
+E2E_BESIDE_UNITS := $(addprefix tests/e2e/,test_sd_cluster.py test_sd_pipeline.py test_packaging.py \
+	test_memory_e2e.py test_benchmark_debugger.py test_benchmark_gate_cost.py test_telemetry_default.py \
+	test_telemetry_otlp_grpc.py test_telemetry_otlp_ray.py test_tui_e2e.py test_tui_breakpoints_e2e.py \
+	test_fuzz_gateway.py test_gateway_attach.py test_dap_relay_e2e.py test_vscode_integration.py)
+E2E_OWN_PART := $(filter-out $(E2E_BESIDE_UNITS),$(wildcard tests/e2e/test_*.py))
+
 main-suite-e2e: $(STAMP)
-	$(BIN)/python -m pytest -q -rs --durations=15 --junitxml=$(MATRIX_RESULTS)/main-e2e.xml tests/e2e
+	$(BIN)/python -m pytest -q -rs --durations=15 --junitxml=$(MATRIX_RESULTS)/main-e2e.xml tests/e2e \
+		$(addprefix --ignore=,$(E2E_BESIDE_UNITS))
 
 main-suite-units: $(STAMP)
-	$(BIN)/python -m pytest -q -rs --durations=10 --junitxml=$(MATRIX_RESULTS)/main-units.xml tests --ignore=tests/e2e
+	$(BIN)/python -m pytest -q -rs --durations=10 --junitxml=$(MATRIX_RESULTS)/main-units.xml tests \
+		$(addprefix --ignore=,$(E2E_OWN_PART))
 
 own_folders = RAYDBG_RUN_DIR=$(CURDIR)/$(MATRIX_RESULTS)/$(1)/tasks RAYDBG_PROGRESS_BASE=$(CURDIR)/$(MATRIX_RESULTS)/$(1) \
 	RAYDBG_STACKS_DIR=$(CURDIR)/$(MATRIX_RESULTS)/$(1)

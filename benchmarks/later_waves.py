@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/later_waves.py --runs 10    # ~3.5 min on 2 cores; needs root
 
-Each run is what `tests/test_memory_e2e.py::test_later_waves_of_a_big_function_are_held_at_start_not_killed`
+Each run is what `tests/e2e/test_memory_e2e.py::test_later_waves_of_a_big_function_are_held_at_start_not_killed`
 runs (its scenario, its checks), in a fresh child memory cgroup. A line per run (kills,
 the node's base and peak, what is wrong); for a failing run, the kill events and the
 gate's log lines, and its whole report in `--keep DIR`. The issue that restored the
@@ -20,9 +20,9 @@ from pathlib import Path
 from common import REPO  # benchmarks/, this script's directory; the repository's root on sys.path
 
 sys.path.insert(0, str(REPO / "examples"))
+sys.path.insert(0, str(REPO / "tests"))  # as pytest sees it: the e2e package and its helpers
 import memory_workload  # noqa: E402
-
-from tests.test_memory_e2e import LATER_WAVES, later_waves_problems  # noqa: E402
+from e2e.test_memory_e2e import LATER_WAVES, later_waves_problems  # noqa: E402
 
 
 def main() -> int:

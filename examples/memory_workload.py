@@ -10,7 +10,7 @@ function). Modes: `kernel` (no monitor), `ray` (Ray's), `raydbg` (ours, spawned 
 driver), `both` (Ray's and ours), `agent` (ours as the product runs it: the driver starts the
 head node's raydbg agent, which spawns the monitor and, as the gateway, records the job's
 history under RAYDBG_HISTORY; the driver waits until the record holds every kill).
-`run()` is reused by tests/test_memory_e2e.py and benchmarks/memory_pressure.py.
+`run()` is reused by tests/e2e/test_memory_e2e.py and benchmarks/memory_pressure.py.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ class FakeGcs:
     """The GcsClient KV calls raydbg makes, over a dict (`data`, key -> value) in raydbg's one
     namespace (a call naming another fails the test), with GCS's semantics: put without
     overwrite is put-if-absent; keys by prefix; delete by prefix. The real GCS path is
-    tests/test_fuzz_gateway.py's and the e2e tests'."""
+    tests/e2e/test_fuzz_gateway.py's and the e2e tests'."""
 
     def __init__(self, data: dict[bytes, bytes] | None = None) -> None:
         self.data: dict[bytes, bytes] = {} if data is None else data

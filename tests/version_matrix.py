@@ -37,13 +37,13 @@ FEATURES: list[tuple[str, list[str]]] = [
     ("breakpoint in a Ray Train rank (torch backend)", [f"{CONTEXTS}::test_ray_train_rank0_breakpoint"]),
     ("post-mortem of a failed task", [f"{CONTEXTS}::test_post_mortem_in_task"]),
     ("memory: start gate holds later waves", [
-        "tests/test_memory_e2e.py::test_later_waves_of_a_big_function_are_held_at_start_not_killed"]),
+        "tests/e2e/test_memory_e2e.py::test_later_waves_of_a_big_function_are_held_at_start_not_killed"]),
     ("memory: kill before the kernel's OOM killer", [
-        "tests/test_memory_e2e.py::test_raydbg_kills_newest_retriable_task_before_the_kernel"]),
+        "tests/e2e/test_memory_e2e.py::test_raydbg_kills_newest_retriable_task_before_the_kernel"]),
     ("memory budgets of named and Ray Data tasks", [
         f"{CORE}::test_the_monitor_knows_named_and_ray_data_tasks_and_their_budgets"]),
     ("trace span from driver to task and actor (OTLP)", [
-        "tests/test_telemetry_otlp_ray.py::test_spans_cross_ray_task_boundary"]),
+        "tests/e2e/test_telemetry_otlp_ray.py::test_spans_cross_ray_task_boundary"]),
     ("`raydbg stacks` and the hang event of a stuck 2-rank Train run (generic backend)", [
         f"{E2E}/test_train_generic.py::test_stacks_and_the_hang_event_of_a_stuck_run_without_torch"]),
     ("`raydbg stacks` on a 2-rank Train run (torch backend, gloo)", [

@@ -1,5 +1,5 @@
 /**
- * Node half of tests/test_vscode_integration.py: the extension's own modules against a
+ * Node half of tests/e2e/test_vscode_integration.py: the extension's own modules against a
  * real raydbg gateway. Lists sessions through ClusterController (the Ray view's model),
  * waits for a paused function, prepares the attach (config and inline adapter), tries an
  * adapter with a wrong token, and reports each step as one JSON line on stdout. Runs

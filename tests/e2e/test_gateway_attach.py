@@ -21,8 +21,8 @@ import pytest
 import ray
 import tui_targets
 from cluster import ENV, REPO, Cluster
-from e2e.conftest import inspect_paused
 
+from e2e.conftest import inspect_paused
 from raydbg import registry
 from raydbg.client import Gateway
 from raydbg.dap import DapConnectionLost, open_websocket

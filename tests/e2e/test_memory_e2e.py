@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from e2e.history_support import history
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
 import memory_workload  # noqa: E402
 from cgroup_sandbox import ChildCgroup, SandboxError  # noqa: E402
 

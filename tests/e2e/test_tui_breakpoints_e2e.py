@@ -16,10 +16,10 @@ from typing import Any
 import pytest
 import ray
 from cluster import ENV, Cluster
-from e2e import armed_targets as t
 from textual.widgets import Static
 from tui_support import until
 
+from e2e import armed_targets as t
 from raydbg.client import Gateway
 from raydbg.tui.app import create_app
 from raydbg.tui.breakpoints_view import BreakpointsScreen

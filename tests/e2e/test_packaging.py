@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WHEELHOUSE = Path(os.environ.get("RAYDBG_TEST_WHEELHOUSE", Path.home() / ".cache" / "raydbg-test-wheels"))
 TORCH_CPU = "torch==2.13.0"  # the build on this disk (Makefile: never an unpinned torch)
 STUB_TORCH = "2.9.0"

@@ -19,10 +19,10 @@ import pytest
 import ray
 import tui_targets
 from cluster import ENV, Cluster
-from e2e.conftest import inspect_paused
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from e2e.conftest import inspect_paused
 from raydbg import registry
 from raydbg.client import Gateway
 from raydbg.dap import open_websocket
