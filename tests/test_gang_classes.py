@@ -95,6 +95,14 @@ def test_main_thread_prefers_paused_then_training_then_user_frames() -> None:
     assert stack_classes.main_thread({"threads": []}) is None
 
 
+def test_a_ray_workers_main_thread_between_tasks_is_idle() -> None:
+    """Worker.main_loop waits in C for the next task: `raydbg pause` answers "nothing to pause"
+    there (it armed that thread once, early in a Train run, and listed a snapshot that never
+    became a session), and the report calls the thread idle."""
+    assert frames.looks_idle(RAY_LOOP)
+    assert not frames.looks_idle([fr("main_loop", USER, 12)])  # a user's own main_loop is work
+
+
 def test_group_paused_rank_first_then_odd_then_rest() -> None:
     ws = [worker(0, PAUSED, paused=True), worker(1, ALL_REDUCE), worker(2, ALL_REDUCE), worker(3, ALL_REDUCE)]
     out = stack_classes.group(ws)

@@ -120,6 +120,7 @@ def summary(frames: Sequence[Frame], paused: bool = False, depth: int = 1) -> st
 _IDLE_FUNCTIONS = frozenset({
     "wait", "acquire", "sleep", "select", "poll", "epoll", "get", "_wait_for_tstate_lock",
     "recv", "recv_into", "accept", "readline", "_worker", "run_forever", "_run_once",
+    "main_loop",  # a Ray worker's main thread between tasks (Worker.main_loop, in C until the next)
 })
 
 

@@ -118,9 +118,11 @@ def _pause_to_session(gw: Any, target: str) -> tuple[dict[str, Any], float]:
     rec = answer["session"]
     assert rec is not None, answer
     if rec["state"] == "snapshot":
+        where = [(f["function"], Path(f["file"]).name, f["line"]) for f in rec.get("frames") or []]
         rec = wait_until(lambda: next((s for s in asyncio.run(gw.sessions())
                                        if s["id"] == rec["id"] and s["state"] != "snapshot"), None),
-                         90, f"snapshot {rec['id']} becoming a session", every=0.02)
+                         90, f"snapshot {rec['id']} (thread {rec.get('thread_name')} at {where[:12]}) becoming a session",
+                         every=0.02)
     return {**answer, "session": rec}, time.monotonic() - start
 
 
