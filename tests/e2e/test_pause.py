@@ -110,9 +110,7 @@ def _pause(gw: Any, target: str, wait_s: float = 10.0) -> tuple[dict[str, Any], 
 def _pause_to_session(gw: Any, target: str) -> tuple[dict[str, Any], float]:
     """Pause a thread that runs Python: its session, and the seconds from the request until it
     was listed. On a loaded machine the thread may not get the CPU within the worker's grace:
-    then it is listed as a snapshot first and becomes the session under the same id once the
-    thread is back in Python (a rank caught in a collective's C wait comes back when its peers
-    arrive: on a loaded machine, tens of seconds)."""
+    then it is listed as a snapshot first and becomes the session under the same id."""
     start = time.monotonic()
     answer = asyncio.run(gw.pause(target, wait_s=10))
     rec = answer["session"]
@@ -121,7 +119,7 @@ def _pause_to_session(gw: Any, target: str) -> tuple[dict[str, Any], float]:
         where = [(f["function"], Path(f["file"]).name, f["line"]) for f in rec.get("frames") or []]
         rec = wait_until(lambda: next((s for s in asyncio.run(gw.sessions())
                                        if s["id"] == rec["id"] and s["state"] != "snapshot"), None),
-                         90, f"snapshot {rec['id']} (thread {rec.get('thread_name')} at {where[:12]}) becoming a session",
+                         30, f"snapshot {rec['id']} (thread {rec.get('thread_name')} at {where[:12]}) becoming a session",
                          every=0.02)
     return {**answer, "session": rec}, time.monotonic() - start
 
