@@ -17,7 +17,7 @@ rises with it), a single slow step, and steps too short to tell apart. Per rank 
 "waited for others" (its wait at the step's collectives and at the sync point) and
 "others waited for it" (the others' wait at them for it alone) show who holds whom. A
 paused run is not judged (a rank paused by raydbg is slow by design). One event per
-straggling rank until it catches up. The service that feeds this and records the events
+straggling rank until it catches up: slow in none of the last `steps` steps. The service that feeds this and records the events
 is raydbg/gang/hang_service.py.
 """
 
@@ -114,22 +114,34 @@ def judged_steps(work: dict[int, dict[int, float]], settings: Settings) -> list[
     return last if len(last) == settings.steps else []
 
 
+def _slow_steps(run: RunSteps, settings: Settings) -> tuple[list[int], dict[int, tuple[list[float], list[bool]]]]:
+    """The last common steps, and per rank the others' median work and whether it was slow
+    (above `factor` x that median and at least `min_extra_s` longer) in each of them."""
+    times = run.work
+    last = judged_steps(times, settings)
+    if not last:
+        return [], {}
+    by_step = {step: sorted(t[step] for t in times.values()) for step in last}
+    out = {}
+    for rank, mine in times.items():
+        medians = [median_without(by_step[step], mine[step]) for step in last]
+        slow = [mine[step] > settings.factor * med and mine[step] - med >= settings.min_extra_s
+                for step, med in zip(last, medians, strict=True)]
+        out[rank] = (medians, slow)
+    return last, out
+
+
 def judge(ranks: dict[int, dict[str, Any]], settings: Settings, run: RunSteps | None = None) -> dict[int, dict[str, Any]]:
     """The ranks that straggle over the last `settings.steps` common steps, with their work against the
     others' (`describe` adds the rest, for an event)."""
     if len(ranks) < 2:
         return {}
     run = RunSteps(ranks, newest=settings.steps) if run is None else run
-    times = run.work
-    last = judged_steps(times, settings)
-    if not last:
-        return {}
-    by_step = {step: sorted(t[step] for t in times.values()) for step in last}
+    last, compared = _slow_steps(run, settings)
     found = {}
-    for rank, mine in times.items():
-        medians = [median_without(by_step[step], mine[step]) for step in last]
-        if all(mine[step] > settings.factor * med and mine[step] - med >= settings.min_extra_s
-               for step, med in zip(last, medians, strict=True)):
+    for rank, (medians, slow) in compared.items():
+        if all(slow):
+            mine = run.work[rank]
             found[rank] = {
                 "steps": last,
                 "busy_s": [round(mine[step], 4) for step in last],
@@ -138,6 +150,13 @@ def judge(ranks: dict[int, dict[str, Any]], settings: Settings, run: RunSteps | 
                                                  for step, m in zip(last, medians, strict=True)), 2),
             }
     return found
+
+
+def caught_up(run: RunSteps, settings: Settings) -> set[int]:
+    """The ranks slow in none of the last `settings.steps` common steps: a straggler is named
+    again only after that (one step of another rank descheduled under load is not a new episode)."""
+    last, compared = _slow_steps(run, settings)
+    return {rank for rank, (_, slow) in compared.items() if not any(slow)} if last else set()
 
 
 def describe(run: RunSteps, rank: int, last: list[int]) -> dict[str, Any]:
@@ -167,6 +186,8 @@ class StragglerDecider:
                 # Too few steps every rank has figures for (arrivals not read yet on one): not a catch-up.
                 still |= {k for k in self.flagged if k[0] == run}
                 continue
+            back = caught_up(steps, self.settings)
+            still |= {k for k in self.flagged if k[0] == run and k[1] not in back}
             for rank, figures in judge(ranks, self.settings, steps).items():
                 still.add((run, rank))
                 if (run, rank) in self.flagged:
@@ -176,7 +197,7 @@ class StragglerDecider:
                             "world_size": rec.get("world_size"), "node_id": rec.get("node_id"),
                             "pid": rec.get("pid"), "factor": self.settings.factor, **figures,
                             **describe(steps, rank, figures["steps"])})
-        self.flagged = still  # a rank that caught up (or whose run ended) may be flagged again
+        self.flagged = still  # a rank that caught up (or whose run ended) may be named again
         return out
 
 
