@@ -21,7 +21,11 @@ FILE = str(Path(__file__).resolve())
 # such actor": the cleaner then removes this run's placement group and kills its workers
 # (seen 2026-12-03 with three clusters up: a paused rank's run destroyed mid-test). An
 # address that refuses keeps it at "State API unavailable, continuing to monitor".
-TRAIN_CLUSTER_ENV = {"RAY_API_SERVER_ADDRESS": "http://127.0.0.1:1"}
+# Ray Train's preemption watcher (an actor per worker-group start that watches for node
+# drains, which no test here makes) is off: 6% of a gang module's CPU on this 2-core machine
+# (tests/e2e/test_gang_shapes.py: 18 of 310 CPU-s). The SD app's modules do the same;
+# test_pause keeps Ray's default.
+TRAIN_CLUSTER_ENV = {"RAY_API_SERVER_ADDRESS": "http://127.0.0.1:1", "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0"}
 
 
 def _rank() -> int:

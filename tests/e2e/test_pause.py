@@ -42,6 +42,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster,
 
     site = installed_trainer.install(tmp_path_factory.mktemp("installed-trainer"))
     env = {"RAYDBG_WAIT_TIMEOUT": "300", "RAYDBG_RESUME_POLL_S": "0.25", **TRAIN_CLUSTER_ENV,
+           "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "1",  # Ray's default here: a run's every helper actor
            "PYTHONPATH": installed_trainer.pythonpath(site)}  # the workers import the installed trainer
     sys.path.insert(0, str(site))  # and so does this driver (the function goes by reference)
     try:

@@ -41,6 +41,7 @@ TRAIN_ENV = {
     # After a node dies, Ray Train first retries the old size (the node is not yet known dead)
     # and waits this long for it (60 s by default) before it starts the smaller group.
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "15",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",  # as e2e/gang_targets.py's TRAIN_CLUSTER_ENV: no drain here
 }
 FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3, "health_check_timeout_ms": 1000}
 

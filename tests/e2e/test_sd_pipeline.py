@@ -27,10 +27,14 @@ def cluster() -> Iterator[None]:
     if ray.is_initialized():
         ray.shutdown()
     forget_ray_auth_state()  # an earlier module's cluster may have left another auth mode cached
-    # More logical CPUs than cores: 2 Train workers and Data tasks must run together.
-    ray.init(address="local", num_cpus=8, include_dashboard=False)
-    yield
-    ray.shutdown()
+    with pytest.MonkeyPatch.context() as env:
+        # As e2e/gang_targets.py's TRAIN_CLUSTER_ENV: Ray Train's preemption watcher off (no
+        # drain here); Ray's processes take this driver's environment.
+        env.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+        # More logical CPUs than cores: 2 Train workers and Data tasks must run together.
+        ray.init(address="local", num_cpus=8, include_dashboard=False)
+        yield
+        ray.shutdown()
 
 
 @pytest.fixture(scope="module")
