@@ -104,11 +104,12 @@ main-suite: $(STAMP) lint vscode-test
 # token file, another Ray version's); Ray's token is made before either starts a cluster (two
 # clusters starting at once would each write one). The side's output is build/matrix/side.log,
 # printed at the end with docs/support.md rendered; `make test` fails when any part failed.
-# The end-to-end modules that run beside the unit tests instead (the two parts then take about
-# as long): the SD app's, packaging, telemetry, TUI, VS Code and benchmark smoke runs.
-E2E_BESIDE_UNITS := $(addprefix tests/e2e/,test_sd_cluster.py test_sd_pipeline.py test_packaging.py \
-	test_memory_e2e.py test_benchmark_debugger.py test_benchmark_gate_cost.py test_telemetry_default.py \
-	test_telemetry_otlp_grpc.py test_telemetry_otlp_ray.py test_tui_e2e.py test_tui_breakpoints_e2e.py \
+# The end-to-end modules that run beside the unit tests instead, so that both sides end about
+# together (the side runs the version matrix after them): the SD app's, memory, telemetry
+# exporters, VS Code, the gateway's fuzzing and relays.
+E2E_BESIDE_UNITS := $(addprefix tests/e2e/,test_sd_cluster.py test_sd_pipeline.py \
+	test_memory_e2e.py test_benchmark_gate_cost.py \
+	test_telemetry_otlp_grpc.py test_telemetry_otlp_ray.py test_tui_breakpoints_e2e.py \
 	test_fuzz_gateway.py test_gateway_attach.py test_dap_relay_e2e.py test_vscode_integration.py)
 E2E_OWN_PART := $(filter-out $(E2E_BESIDE_UNITS),$(wildcard tests/e2e/test_*.py))
 
