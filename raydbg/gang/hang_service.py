@@ -138,9 +138,8 @@ async def record_straggler(server: AgentServer, found: dict[str, Any]) -> dict[s
     return dict(event)
 
 
-async def run_forever(server: AgentServer, hang_after: float) -> None:
+async def run_forever(server: AgentServer, hang_after: float, slow: stragglers.StragglerDecider) -> None:
     decider = hang.HangDecider(hang_after)
-    slow = stragglers.StragglerDecider()
     last_prune = 0.0
     while True:
         await asyncio.sleep(min(hang.check_every_s(hang_after), STRAGGLER_CHECK_S))
@@ -164,14 +163,24 @@ async def run_forever(server: AgentServer, hang_after: float) -> None:
 
 # At module level: AppKey looks for a `<module>` frame, which the agent's server thread has not.
 _HANG_TASK = web.AppKey("raydbg_hang_task", asyncio.Task)
+_STRAGGLERS = web.AppKey("raydbg_stragglers", stragglers.StragglerDecider)
+
+
+def open_stragglers(app: web.Application) -> set[tuple[stragglers.RunKey, int]]:
+    """(run, rank) of each straggler named by an event that has not caught up since: `raydbg
+    steps` marks them as the events do (its own window alone flickers on a loaded machine)."""
+    decider = app.get(_STRAGGLERS)
+    return set(decider.flagged) if decider is not None else set()
 
 
 def attach(server: AgentServer, app: web.Application) -> None:
     """Run the detector for the life of the gateway app."""
     key = _HANG_TASK
 
+    app[_STRAGGLERS] = stragglers.StragglerDecider()
+
     async def start(app: web.Application) -> None:
-        app[key] = asyncio.create_task(run_forever(server, hang.hang_after_s()))
+        app[key] = asyncio.create_task(run_forever(server, hang.hang_after_s(), app[_STRAGGLERS]))
 
     async def stop(app: web.Application) -> None:
         task = app.get(key)

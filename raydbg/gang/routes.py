@@ -177,7 +177,8 @@ def resume_and_progress_routes(agent: AgentServer) -> list[web.RouteDef]:
             raise NotFound("not the gateway")
         beats, errors = await cluster_view.merged_progress(agent.token, agent.node_id)
         runs = stragglers.steps_view(beats, time.time(), job=request.query.get("job") or None,
-                                     run=request.query.get("run") or None)
+                                     run=request.query.get("run") or None,
+                                     named=hang_service.open_stragglers(request.app))
         return web.json_response({"runs": runs, "errors": errors})
 
     return [

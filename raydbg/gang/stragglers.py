@@ -226,9 +226,10 @@ def message(found: dict[str, Any]) -> str:
 
 
 def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = None, run: str | None = None,
-               settings: Settings | None = None) -> list[dict[str, Any]]:
+               settings: Settings | None = None, named: set[tuple[RunKey, int]] | None = None) -> list[dict[str, Any]]:
     """`raydbg steps` / /api/v1/steps: per Train run, one row per rank with its recent steps: work
     (`busy_s`), waited for others (`wait_s`), others waited for it (`late_s`), data wait (`data_s`).
+    A straggler: judged so over the last steps now, or `named` (by an event, not caught up since).
     Each run a schema.StepsRun."""
     from raydbg import schema, validate
 
@@ -238,7 +239,7 @@ def steps_view(beats: Iterable[dict[str, Any]], now: float, job: str | None = No
         if (job and job != job_id) or (run and run != name):
             continue
         steps = RunSteps(ranks)
-        slow = judge(ranks, settings, steps)
+        slow = set(judge(ranks, settings, steps)) | {r for (k, r) in named or () if k == (job_id, name) and r in ranks}
         figures = steps.figures()
         rows = []
         for rank, rec in sorted(ranks.items()):
