@@ -126,7 +126,9 @@ def _dump_when_still(rank: int, out: Path, main: int) -> None:
 
 def main() -> None:
     scenario, rank, out = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    # A file rendezvous: a port chosen by the test could be taken before rank 0 binds it (a
+    # Ray cluster of the other half of `make test` starting), and the others then wait forever.
+    dist.init_process_group("gloo", init_method=f"file://{out / 'store'}", rank=rank, world_size=WORLD)
     threading.Thread(target=_dump_when_still, args=(rank, out, threading.get_ident()), daemon=True).start()
     SCENARIOS[scenario](rank)
     time.sleep(STUCK_S)  # a rank that got through waits here (still) until the dump

@@ -113,7 +113,8 @@ RANK = textwrap.dedent("""
     os.environ["TORCH_FR_BUFFER_SIZE"] = "200"
     import torch, torch.distributed as dist
     rank, out = int(sys.argv[1]), sys.argv[2]
-    dist.init_process_group("gloo", rank=rank, world_size=3)
+    # A file rendezvous: no port to be taken by another process before rank 0 binds it.
+    dist.init_process_group("gloo", init_method="file://" + os.environ["STORE"], rank=rank, world_size=3)
     t = torch.ones(4)
     dist.all_reduce(t)
     def dump():
@@ -132,7 +133,7 @@ RANK = textwrap.dedent("""
 
 
 def test_real_gloo_ranks_one_skips_a_collective(tmp_path: Path) -> None:
-    env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
+    env = {**os.environ, "STORE": str(tmp_path / "store")}
     procs = [subprocess.Popen([sys.executable, "-c", RANK, str(r), str(tmp_path / f"rank{r}.json")], env=env)
              for r in range(3)]
     try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import subprocess
 import sys
 import time
@@ -32,7 +31,6 @@ from typing import Any
 
 import pytest
 from cluster import needs_torch
-from doubles import free_port
 
 from raydbg.gang import collectives, wait_chain, wait_for
 
@@ -50,13 +48,17 @@ def dumps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, dict[i
     procs: list[subprocess.Popen[bytes]] = []
     for name in SCENARIOS:
         (base / name).mkdir()
-        env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port())}
-        procs += [subprocess.Popen([sys.executable, str(SCRIPT), name, str(r), str(base / name)], env=env,
-                                   stderr=subprocess.DEVNULL) for r in range(WORLD)]
+        for r in range(WORLD):
+            with open(base / name / f"rank{r}.err", "wb") as err:
+                procs.append(subprocess.Popen([sys.executable, str(SCRIPT), name, str(r), str(base / name)], stderr=err))
     try:
         deadline = time.monotonic() + 300
         for p in procs:
-            p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                errors = {f"{e.parent.name} {e.stem}": e.read_text()[-800:] for e in sorted(base.glob("*/rank*.err"))}
+                raise AssertionError(f"a scenario did not end ({p.args[2:4]}); the ranks' stderr: {errors}") from None
     finally:
         for p in procs:
             p.kill()

@@ -17,8 +17,8 @@ rises with it), a single slow step, and steps too short to tell apart. Per rank 
 "waited for others" (its wait at the step's collectives and at the sync point) and
 "others waited for it" (the others' wait at them for it alone) show who holds whom. A
 paused run is not judged (a rank paused by raydbg is slow by design). One event per
-straggling rank until it catches up: slow in none of the last `steps` steps. The service that feeds this and records the events
-is raydbg/gang/hang_service.py.
+straggling rank until it catches up: slow in none of the last `steps` steps. The service
+that feeds this and records the events is raydbg/gang/hang_service.py.
 """
 
 from __future__ import annotations
@@ -187,6 +187,7 @@ class StragglerDecider:
                 still |= {k for k in self.flagged if k[0] == run}
                 continue
             back = caught_up(steps, self.settings)
+            # A rank missing from this round (its node's answer late) is not a catch-up either.
             still |= {k for k in self.flagged if k[0] == run and k[1] not in back}
             for rank, figures in judge(ranks, self.settings, steps).items():
                 still.add((run, rank))
