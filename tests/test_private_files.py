@@ -6,12 +6,12 @@ import errno
 import os
 import shutil
 import stat
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import pytest
+from other_user import as_other_user, can_be_other_user
 
 from raydbg import auth, config
 from raydbg.agent.monitor_state import START_GRACE_S, MonitorWatch
@@ -71,21 +71,28 @@ def test_a_base_that_does_not_exist_yet_is_made_ours_and_0700(tmp_path: Path) ->
     assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.getuid()
 
 
+@can_be_other_user
 def test_a_made_base_is_closed_to_another_user_and_one_they_made_first_is_refused() -> None:
     """Played as uid 65534: the base raydbg makes can be neither listed nor written into; a base
     that user made first (in an open parent, before raydbg looked) is refused, nothing made in it."""
-    if os.getuid() != 0:
-        pytest.skip("needs root to run a command as another uid")
     parent = Path(tempfile.mkdtemp(prefix="raydbg-base-", dir="/tmp"))
     try:
         os.chmod(parent, 0o777)  # as open as a shared /tmp without the sticky bit
         made = private_dir(parent / "ours", "progress")
-        as_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
-        assert subprocess.run([*as_nobody, "ls", str(parent / "ours")], capture_output=True).returncode != 0
-        assert subprocess.run([*as_nobody, "touch", str(parent / "ours" / "planted")],
-                              capture_output=True).returncode != 0
+
+        def try_ours_then_make_theirs() -> str:
+            tried = []
+            for attempt in (lambda: os.listdir(parent / "ours"), lambda: open(parent / "ours" / "planted", "w")):
+                try:
+                    attempt()
+                    tried.append("done")
+                except PermissionError:
+                    tried.append("refused")
+            os.mkdir(parent / "theirs")
+            return " ".join(tried)
+
+        assert as_other_user(try_ours_then_make_theirs) == "refused refused"
         assert made.is_dir() and not (parent / "ours" / "planted").exists()
-        assert subprocess.run([*as_nobody, "mkdir", str(parent / "theirs")]).returncode == 0
         with pytest.raises(UnsafeDirError):
             private_dir(parent / "theirs", "progress")
         assert list((parent / "theirs").iterdir()) == []
