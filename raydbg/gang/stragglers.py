@@ -137,7 +137,11 @@ def judge(ranks: dict[int, dict[str, Any]], settings: Settings, run: RunSteps | 
     if len(ranks) < 2:
         return {}
     run = RunSteps(ranks, newest=settings.steps) if run is None else run
-    last, compared = _slow_steps(run, settings)
+    return _stragglers(run, *_slow_steps(run, settings))
+
+
+def _stragglers(run: RunSteps, last: list[int], compared: dict[int, tuple[list[float], list[bool]]]
+                ) -> dict[int, dict[str, Any]]:
     found = {}
     for rank, (medians, slow) in compared.items():
         if all(slow):
@@ -150,13 +154,6 @@ def judge(ranks: dict[int, dict[str, Any]], settings: Settings, run: RunSteps | 
                                                  for step, m in zip(last, medians, strict=True)), 2),
             }
     return found
-
-
-def caught_up(run: RunSteps, settings: Settings) -> set[int]:
-    """The ranks slow in none of the last `settings.steps` common steps: a straggler is named
-    again only after that (one step of another rank descheduled under load is not a new episode)."""
-    last, compared = _slow_steps(run, settings)
-    return {rank for rank, (_, slow) in compared.items() if not any(slow)} if last else set()
 
 
 def describe(run: RunSteps, rank: int, last: list[int]) -> dict[str, Any]:
@@ -182,14 +179,16 @@ class StragglerDecider:
                 still |= {k for k in self.flagged if k[0] == run}  # judged again once it runs
                 continue
             steps = RunSteps(ranks, newest=self.settings.steps)
-            if not judged_steps(steps.work, self.settings):
+            last, compared = _slow_steps(steps, self.settings)
+            if not last:
                 # Too few steps every rank has figures for (arrivals not read yet on one): not a catch-up.
                 still |= {k for k in self.flagged if k[0] == run}
                 continue
-            back = caught_up(steps, self.settings)
-            # A rank missing from this round (its node's answer late) is not a catch-up either.
+            # Caught up: slow in none of the last steps (one step of another rank descheduled under
+            # load is not a new episode). A rank missing from this round (its node's answer late) has not.
+            back = {rank for rank, (_, slow) in compared.items() if not any(slow)}
             still |= {k for k in self.flagged if k[0] == run and k[1] not in back}
-            for rank, figures in judge(ranks, self.settings, steps).items():
+            for rank, figures in _stragglers(steps, last, compared).items():
                 still.add((run, rank))
                 if (run, rank) in self.flagged:
                     continue
