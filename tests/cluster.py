@@ -22,7 +22,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -173,6 +175,34 @@ def forget_ray_auth_state() -> None:
         return
     Config.initialize("")
     AuthenticationTokenLoader.instance().reset_cache()
+
+
+@contextlib.contextmanager
+def without_ray_auto_connect() -> Iterator[list[str]]:
+    """While a cluster is torn down: a Ray call from another thread of this process must not
+    connect it again (Ray's auto-init: `ray.get`, `ray.get_runtime_context`, ...), or
+    `ray.cluster_utils.Cluster.shutdown` refuses to remove the head it finds connected (seen
+    once in CI, teardown of test_sd_cluster). Yields the stacks of such calls, to be reported."""
+    import ray.util.placement_group  # noqa: F401 - the module, whose name ray.util shadows
+    from ray._private import auto_init_hook, client_mode_hook
+
+    placement_group = sys.modules["ray.util.placement_group"]
+    calls: list[str] = []
+
+    def refuse() -> None:
+        call = f"thread {threading.current_thread().name}:\n" + "".join(traceback.format_stack(limit=12))
+        if call not in calls:
+            calls.append(call)
+
+    homes = (auto_init_hook, client_mode_hook, placement_group)
+    saved = [home.auto_init_ray for home in homes]
+    for home in homes:
+        home.auto_init_ray = refuse  # type: ignore[attr-defined]
+    try:
+        yield calls
+    finally:
+        for home, original in zip(homes, saved, strict=True):
+            home.auto_init_ray = original  # type: ignore[attr-defined]
 
 
 @dataclass
