@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from cluster import RAYDBG, REPO, Cluster
 
+from e2e.gang_targets import TRAIN_CLUSTER_ENV
+
 __all__ = ["RAYDBG", "REPO", "Cluster"]
 
 
@@ -171,5 +173,7 @@ async def attach_paused_threads(port: int, line: int) -> tuple[Any, dict[int, in
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[str]:
-    with Cluster(env={"RAY_DEBUG_POST_MORTEM": "1", "RAYDBG_WAIT_TIMEOUT": "120"}) as cluster:
+    # TRAIN_CLUSTER_ENV: test_debug_contexts runs Train ranks here (gang_targets.py says why).
+    env = {"RAY_DEBUG_POST_MORTEM": "1", "RAYDBG_WAIT_TIMEOUT": "120", **TRAIN_CLUSTER_ENV}
+    with Cluster(env=env) as cluster:
         yield cluster.address

@@ -26,6 +26,7 @@ from cluster import forget_ray_auth_state, without_ray_auto_connect
 from s3_server import s3_server
 from sd_support import effective_steps, sampler_keys
 
+from e2e.gang_targets import TRAIN_CLUSTER_ENV
 from sd_reference import checkpoint, runlog, storage
 from sd_reference.cli import main
 
@@ -42,7 +43,7 @@ TRAIN_ENV = {
     # After a node dies, Ray Train first retries the old size (the node is not yet known dead)
     # and waits this long for it (60 s by default) before it starts the smaller group.
     "RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S": "15",
-    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",  # as e2e/gang_targets.py's TRAIN_CLUSTER_ENV: no drain here
+    **TRAIN_CLUSTER_ENV,  # e2e/gang_targets.py says why
 }
 FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3, "health_check_timeout_ms": 1000}
 

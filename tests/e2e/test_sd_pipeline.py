@@ -13,6 +13,7 @@ from cluster import forget_ray_auth_state
 from PIL import Image
 from sd_support import effective_steps, sampler_keys
 
+from e2e.gang_targets import TRAIN_CLUSTER_ENV
 from sd_reference.cli import main
 from sd_reference.synth import make_data
 
@@ -28,9 +29,9 @@ def cluster() -> Iterator[None]:
         ray.shutdown()
     forget_ray_auth_state()  # an earlier module's cluster may have left another auth mode cached
     with pytest.MonkeyPatch.context() as env:
-        # As e2e/gang_targets.py's TRAIN_CLUSTER_ENV: Ray Train's preemption watcher off (no
-        # drain here); Ray's processes take this driver's environment.
-        env.setenv("RAY_TRAIN_ENABLE_PREEMPTION_WATCHER", "0")
+        # Ray's processes take this driver's environment (e2e/gang_targets.py says why).
+        for name, value in TRAIN_CLUSTER_ENV.items():
+            env.setenv(name, value)
         # More logical CPUs than cores: 2 Train workers and Data tasks must run together.
         ray.init(address="local", num_cpus=8, include_dashboard=False)
         yield
