@@ -260,6 +260,46 @@ def test_other_runs_and_finished_runs() -> None:
         "Train run r (job j) made no progress for 11s (2 rank(s) seen)")
 
 
+class _DashboardKv:
+    """The one GCS KV read of `dashboard_url`: the dashboard's address, if the cluster has one."""
+
+    def __init__(self, address: bytes | None) -> None:
+        self.address = address
+
+    def internal_kv_get(self, key: bytes, ns: bytes, timeout: float = 0) -> bytes | None:
+        assert (key, ns) == (b"dashboard", b"dashboard")
+        return self.address
+
+
+@pytest.mark.parametrize("dashboard", [None, b"127.0.0.1:8265"])
+def test_a_tasks_state_is_asked_of_this_clusters_own_dashboard(dashboard: bytes | None,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no address Ray's State API asks "the" Ray instance of the machine: the latest
+    started, maybe another user's. The gateway names its own cluster's dashboard, or answers
+    "unknown" (still running) at once when there is none (Ray would retry for 40 s)."""
+    import ray.util.state
+
+    from raydbg import registry
+    from raydbg.gang import hang_service
+
+    asked: list[str | None] = []
+
+    def get_task(task_id: str, address: str | None = None, timeout: int = 0) -> Any:
+        asked.append(address)
+        return types.SimpleNamespace(state="FINISHED")
+
+    monkeypatch.setattr(ray.util.state, "get_task", get_task)
+    registry.use_client(_DashboardKv(dashboard))
+    try:
+        running = hang_service.still_running(("job", ""), [{"task_id": "t1"}])
+    finally:
+        registry.use_client(None)
+    if dashboard is None:
+        assert running and asked == []
+    else:
+        assert not running and asked == ["http://127.0.0.1:8265"]
+
+
 def test_hang_after_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAYDBG_HANG_AFTER_S", "7.5")
     assert hang.hang_after_s() == 7.5

@@ -17,7 +17,8 @@ imports a private Ray module or reads `_x` of a Ray name.
   process.py         this process as Ray knows it: mode, session dir, node, running task
   running_code.py    what this worker runs: task functions, actor classes, a Train run's loop
   post_mortem.py     Ray's task-error path routed to raydbg
-  gcs.py             GCS without ray.init: client, GlobalState, task events, live actors
+  gcs.py             GCS without ray.init: client, GlobalState, task events, live actors,
+                     the dashboard's address
   authentication.py  Ray's own token, and whether this Ray has token authentication
   features.py        what this Ray lacks of what raydbg would use (`raydbg status`)
 
@@ -49,7 +50,13 @@ from raydbg._ray_internals.activation import (
 from raydbg._ray_internals.authentication import ray_auth_token, token_auth_in_ray
 from raydbg._ray_internals.data_iter import DATA_ITERATOR_MODULE, wrap_iter_batches
 from raydbg._ray_internals.features import missing_features
-from raydbg._ray_internals.gcs import alive_actor_rows, all_task_events, gcs_client, gcs_state
+from raydbg._ray_internals.gcs import (
+    alive_actor_rows,
+    all_task_events,
+    dashboard_url,
+    gcs_client,
+    gcs_state,
+)
 from raydbg._ray_internals.post_mortem import POST_MORTEM_MODULES, route_post_mortem
 from raydbg._ray_internals.process import (
     current_task_id_hex,
@@ -105,6 +112,7 @@ __all__ = [
     "before_ray_shutdown",
     "cluster_tracing_hook",
     "current_task_id_hex",
+    "dashboard_url",
     "default_task_max_retries",
     "enable_task_tracing",
     "gate_task_functions",

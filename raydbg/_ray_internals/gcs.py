@@ -4,7 +4,8 @@ events and live actors.
 Written for Ray 2.51.x to 2.60.x. Relies on `ray._raylet.GcsClient`,
 `ray._private.state.state`, `ray._private.internal_api.get_state_from_address`, the
 GlobalStateAccessor's `get_task_events()` and `get_actor_table(job_id, state)`, and
-`ray.core.generated.gcs_pb2` (`TaskEvents`, `ActorTableData`). What differs, detected by
+`ray.core.generated.gcs_pb2` (`TaskEvents`, `ActorTableData`), and where the dashboard
+writes its address (`ray_constants.DASHBOARD_ADDRESS` in `KV_NAMESPACE_DASHBOARD`). What differs, detected by
 what GlobalState has (never by version strings):
   - the connected accessor: `_connect_and_get_accessor()` (Ray 2.52+); Ray 2.51 has
     `_check_connected()` and the `global_state_accessor` attribute instead.
@@ -22,6 +23,16 @@ def gcs_client(address: str) -> Any:
     from ray._raylet import GcsClient  # type: ignore[attr-defined]
 
     return GcsClient(address=address)
+
+
+def dashboard_url(client: Any) -> str | None:
+    """`http://host:port` of the dashboard (where the State API answers) of the cluster
+    `client` talks to; None when it runs without one."""
+    from ray._private import ray_constants
+
+    raw = client.internal_kv_get(ray_constants.DASHBOARD_ADDRESS.encode(), ray_constants.KV_NAMESPACE_DASHBOARD,
+                                 timeout=5)
+    return f"http://{bytes(raw).decode()}" if raw else None
 
 
 def gcs_state(address: str | None = None) -> Any:

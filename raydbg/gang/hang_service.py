@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-from raydbg import registry, telemetry
+from raydbg import _ray_internals, registry, telemetry
 from raydbg.agent.server import AgentServer
 from raydbg.gang import cluster_view, hang, stragglers
 from raydbg.worker import resume
@@ -43,7 +43,13 @@ def _task_running(task_id: str | None) -> bool:
     try:
         from ray.util.state import get_task
 
-        task = get_task(task_id, timeout=5)
+        # This cluster's own State API, by its address: with none, Ray looks for "the" Ray
+        # instance of this machine, may find another one (another user's) and points this
+        # process's KV client at it; and without a dashboard it retries for 40 s.
+        url = _ray_internals.dashboard_url(registry.client())
+        if url is None:
+            return True  # no State API: unknown
+        task = get_task(task_id, address=url, timeout=5)
         states = [getattr(t, "state", None) for t in (task if isinstance(task, list) else [task]) if t]
         return not states or any(s == "RUNNING" for s in states)
     except Exception:
