@@ -36,19 +36,23 @@ STRAGGLER_ALONE = 5  # samples with the straggler alone in its class, to choose 
 STRAGGLER_CHECK_S = 1.0  # a straggler is judged over its last steps: look often, it costs one merge
 
 
-def _task_running(task_id: str | None) -> bool:
+def _state_api() -> str | None:
+    """This cluster's own State API (its dashboard's URL), None without one. By its address:
+    with none, Ray looks for "the" Ray instance of this machine, may find another one (another
+    user's) and points this process's KV client at it; and without a dashboard it retries 40 s."""
+    try:
+        return _ray_internals.dashboard_url(registry.client())
+    except Exception:
+        return None
+
+
+def _task_running(task_id: str | None, url: str | None) -> bool:
     """A non-Train worker's beats count while the task that made them runs (else it is idle)."""
-    if not task_id:
-        return True
+    if not task_id or url is None:
+        return True  # no task, or no State API: unknown, report rather than miss a hang
     try:
         from ray.util.state import get_task
 
-        # This cluster's own State API, by its address: with none, Ray looks for "the" Ray
-        # instance of this machine, may find another one (another user's) and points this
-        # process's KV client at it; and without a dashboard it retries for 40 s.
-        url = _ray_internals.dashboard_url(registry.client())
-        if url is None:
-            return True  # no State API: unknown
         task = get_task(task_id, address=url, timeout=5)
         states = [getattr(t, "state", None) for t in (task if isinstance(task, list) else [task]) if t]
         return not states or any(s == "RUNNING" for s in states)
@@ -59,7 +63,8 @@ def _task_running(task_id: str | None) -> bool:
 def still_running(run: hang.RunKey, recs: list[dict[str, Any]]) -> bool:
     if run[1]:
         return True  # a Train rank's record goes when its run shuts down or its process dies
-    return any(_task_running(r.get("task_id")) for r in recs)
+    url = _state_api()
+    return any(_task_running(r.get("task_id"), url) for r in recs)
 
 
 async def stacks_for(server: AgentServer, job_id: str, run: str | None) -> dict[str, Any]:

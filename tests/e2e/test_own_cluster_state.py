@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import warnings
 from collections.abc import Iterator
 
 import pytest
@@ -61,12 +60,9 @@ def own_and_other() -> Iterator[tuple[str, str]]:
             other.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(other.pid, signal.SIGKILL)
-        with without_ray_auto_connect() as late_calls:
+        with without_ray_auto_connect():
             ray.shutdown()
             own.shutdown()
-        if late_calls:
-            warnings.warn("a Ray call tried to reconnect this driver during teardown:\n" + "\n".join(late_calls),
-                          stacklevel=1)
 
 
 def test_a_finished_task_is_asked_of_this_clusters_state_api(own_and_other: tuple[str, str]) -> None:
