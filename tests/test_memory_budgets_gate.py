@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -836,6 +837,27 @@ def test_lower_oom_score(tmp_path: Path) -> None:
     assert service.lower_oom_score(tmp_path) == -1000
     real = service.lower_oom_score()  # -1000 with CAP_SYS_RESOURCE, else the lowest allowed
     assert real <= 0 and int(Path("/proc/self/oom_score_adj").read_text()) == real
+
+
+RAISE_PRIORITY = """
+import threading
+from raydbg.memory import service
+got = service.raise_cpu_priority()
+seen = []
+t = threading.Thread(target=lambda: seen.append(open(f"/proc/self/task/{threading.get_native_id()}/stat").read()))
+t.start(); t.join()
+print(got, seen[0].rsplit(")", 1)[1].split()[16])  # stat's field 19, nice
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root and setpriv (another uid)")
+def test_the_monitor_raises_its_cpu_priority_where_allowed() -> None:
+    root = subprocess.run([sys.executable, "-c", RAISE_PRIORITY], capture_output=True, text=True, check=True)
+    assert root.stdout.split() == [str(service.MONITOR_NICENESS)] * 2  # a later thread inherits it
+    other = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable, "-c",
+                            RAISE_PRIORITY], capture_output=True, text=True, check=True,
+                           env={**os.environ, "HOME": "/nonexistent"})
+    assert other.stdout.split() == ["0", "0"]  # without CAP_SYS_NICE: unchanged, no error
 
 
 def test_worker_log_line_appends_to_the_workers_stderr_file(tmp_path: Path) -> None:

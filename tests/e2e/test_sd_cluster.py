@@ -97,6 +97,17 @@ def _ranks_nodes(record: dict[str, Any]) -> list[str]:
     return [r["node"] for r in record["ranks"]]
 
 
+def _registered_step(run: str) -> int:
+    """The step a restart of the run resumes from: the newest checkpoint in Ray Train's own
+    record of registered checkpoints (Ray 2.60 keeps it in the run's storage); 0 if none yet."""
+    snapshot = f"{run}/checkpoint_manager_snapshot.json"
+    if not storage.exists(snapshot):
+        return 0
+    latest = json.loads(storage.read_text(snapshot)).get("latest_checkpoint_result") or {}
+    name = latest.get("checkpoint_dir_name", "")
+    return int(name.removeprefix("step_")) if name.startswith("step_") else 0
+
+
 @pytest.fixture(scope="module")
 def spread_run(latents: str) -> list[dict[str, Any]]:
     """A worker on each node, rank 1 killed before step 5 (resumes from 4), export and sample, all on S3."""
@@ -195,7 +206,10 @@ def test_elastic_run_loses_a_node_and_grows_back(latents: str, nodes: dict[str, 
     wait_for("step 7", lambda r: r.get("step", 0) >= 7 and r.get("event") is None)
     cluster.remove_node(nodes["second"], allow_graceful=False)  # the node dies for good
     on_one = wait_for("resume on 1 worker", lambda r: r.get("event") == "resume" and r["world_size"] == 1)
-    wait_for("a checkpoint on 1 worker", lambda r: r.get("event") == "checkpoint" and r["step"] > on_one["step"])
+    # Added only once Ray Train has registered a checkpoint saved on 1 worker: a resize kills the
+    # workers, and with them an upload still in flight (CI: the grown run resumed from on_one's step).
+    wait_for("a registered checkpoint on 1 worker", lambda r: r.get("event") == "checkpoint"
+             and r["step"] > on_one["step"] and _registered_step(f"{RUNS}/elastic") >= r["step"])
     cluster.add_node(num_cpus=3, temp_dir=str(tmp / "third"))  # room for a second worker again
     on_two = wait_for("resume on 2 workers", lambda r: r.get("event") == "resume" and r["world_size"] == 2
                       and r["step"] > on_one["step"])
