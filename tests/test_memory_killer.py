@@ -165,3 +165,35 @@ def test_the_monitor_is_offered_only_processes_its_killer_would_kill(children: l
         killer.kill(mine.pid, stale[mine.pid].start_ticks)
     assert who.candidates(stale, {}) == []  # refused once: not chosen again every round
     assert mine.poll() is None and other.poll() is None
+
+
+FREEZER = Path("/sys/fs/cgroup/freezer")
+ALLOCATE = [sys.executable, "-c", "b = bytearray(200 << 20); b[::4096] = b'\\1' * len(range(0, 200 << 20, 4096)); "
+            "print(flush=True); import time; time.sleep(60)"]
+
+
+def _rss_kib(pid: int) -> int:
+    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("VmRSS:"))
+    return int(line.split()[1])
+
+
+@pytest.mark.skipif(not os.access(FREEZER, os.W_OK), reason="needs a writable v1 freezer cgroup (root)")
+def test_a_killed_worker_that_cannot_run_its_exit_gives_its_memory_back_at_once(children: list) -> None:
+    """A victim that gets no CPU (frozen here; a nice-15 worker on a busy node in the field)
+    holds its memory until it exits, unless the killer releases it."""
+    p = start(children, ALLOCATE, stdout=subprocess.PIPE)
+    assert p.stdout is not None and p.stdout.readline() == b"\n"  # its 200 MiB are touched
+    frozen = FREEZER / f"raydbg-test-{os.getpid()}"
+    frozen.mkdir()
+    try:
+        (frozen / "cgroup.procs").write_text(str(p.pid))
+        (frozen / "freezer.state").write_text("FROZEN")
+        while (frozen / "freezer.state").read_text().strip() != "FROZEN":
+            time.sleep(0.01)
+        assert _rss_kib(p.pid) > 150 << 10
+        Killer(me()).kill(p.pid, identity(p.pid).start_ticks)  # type: ignore[union-attr]
+        assert p.poll() is None and _rss_kib(p.pid) < 10 << 10  # still there, its memory gone
+    finally:
+        (frozen / "freezer.state").write_text("THAWED")
+        assert p.wait(5) == -signal.SIGKILL
+        frozen.rmdir()
