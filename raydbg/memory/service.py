@@ -4,9 +4,10 @@ Why a separate process: Ray gives every worker (the agent actor included)
 `oom_score_adj=1000`, so a monitor inside the agent would be the kernel's first
 victim, the very thing it exists to prevent. This process sets its own score to
 -1000 (with CAP_SYS_RESOURCE) or the lowest it is allowed, runs at nice -10 and locks
-its pages in RAM when it can, talks to GCS directly (no ray.init), runs in its own session (a killed
-agent does not take it along), holds a per-node lock (one monitor per node however
-often the agent restarts), and exits when the watched process (the raylet) is gone.
+its pages in RAM when it can, talks to GCS directly (no ray.init), runs in its own
+session (a killed agent does not take it along), holds a per-node lock (one monitor per
+node however often the agent restarts), and exits when the watched process (the raylet)
+is gone.
 
     python -m raydbg.memory.service --gcs-address HOST:PORT --node-id HEX
 
