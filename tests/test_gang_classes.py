@@ -103,6 +103,20 @@ def test_a_ray_workers_main_thread_between_tasks_is_idle() -> None:
     assert not frames.looks_idle([fr("main_loop", USER, 12)])  # a user's own main_loop is work
 
 
+def test_ray_trains_monitoring_thread_is_idle_so_early_in_a_run_there_is_nothing_to_pause() -> None:
+    """Before Train starts its TrainingThread a worker has its main loop and Train's
+    MonitoringThread, blocked in C on a queue: `raydbg pause` chose that one (not idle) and
+    its snapshot never became a session (ci13). Both idle: the worker answers "nothing to pause"."""
+    monitor = [fr("_monitor_target", f"{SITE}/ray/train/v2/_internal/execution/worker_group/thread_runner.py", 72),
+               fr("run", "/usr/lib/python3.11/threading.py", 982)]
+    assert frames.looks_idle(monitor)
+    threads = [{"thread_id": 1, "name": "MainThread", "idle": frames.looks_idle(RAY_LOOP), "frames": RAY_LOOP},
+               {"thread_id": 2, "name": "MonitoringThread(train_fn)", "idle": frames.looks_idle(monitor),
+                "frames": monitor}]
+    chosen = stack_classes.main_thread({"threads": threads})
+    assert chosen is not None and chosen["idle"] and not frames.user_frames(chosen["frames"])
+
+
 def test_group_paused_rank_first_then_odd_then_rest() -> None:
     ws = [worker(0, PAUSED, paused=True), worker(1, ALL_REDUCE), worker(2, ALL_REDUCE), worker(3, ALL_REDUCE)]
     out = stack_classes.group(ws)

@@ -121,6 +121,7 @@ _IDLE_FUNCTIONS = frozenset({
     "wait", "acquire", "sleep", "select", "poll", "epoll", "get", "_wait_for_tstate_lock",
     "recv", "recv_into", "accept", "readline", "_worker", "run_forever", "_run_once",
     "main_loop",  # a Ray worker's main thread between tasks (Worker.main_loop, in C until the next)
+    "_monitor_target",  # Ray Train's MonitoringThread: in C on its queue until the training thread ends
 })
 
 
