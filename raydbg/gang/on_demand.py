@@ -78,7 +78,11 @@ class _Pending:
 def request() -> dict[str, Any]:
     """Arm the work thread; the answer the agent relays: {"thread": name} or {"error": why}."""
     chosen = stack_classes.main_thread({"threads": own_threads.threads(skip_self=True)})
-    if chosen is None or (chosen.get("idle") and not user_frames(chosen.get("frames") or [])):
+    # Only a thread with the user's frames, or Train's TrainingThread (about to run them), comes
+    # back to a user line: one caught briefly in library code (an actor call on the main loop,
+    # Train's MonitoringThread) returns to C and its snapshot would never become a session.
+    if chosen is None or not (user_frames(chosen.get("frames") or [])
+                              or str(chosen.get("name") or "").startswith(stack_classes.TRAIN_THREAD_PREFIX)):
         return {"error": "no thread of this worker runs Python work now (it waits for a task): nothing to pause"}
     if chosen.get("paused"):
         return {"error": f"thread {chosen.get('name')} is paused by raydbg already: see `raydbg list`"}
