@@ -81,8 +81,7 @@ def request() -> dict[str, Any]:
     # Only a thread with the user's frames, or Train's TrainingThread (about to run them), comes
     # back to a user line: one caught briefly in library code (an actor call on the main loop,
     # Train's MonitoringThread) returns to C and its snapshot would never become a session.
-    if chosen is None or not (user_frames(chosen.get("frames") or [])
-                              or str(chosen.get("name") or "").startswith(stack_classes.TRAIN_THREAD_PREFIX)):
+    if chosen is None or not (user_frames(chosen.get("frames") or []) or stack_classes.is_training_thread(chosen)):
         return {"error": "no thread of this worker runs Python work now (it waits for a task): nothing to pause"}
     if chosen.get("paused"):
         return {"error": f"thread {chosen.get('name')} is paused by raydbg already: see `raydbg list`"}

@@ -29,6 +29,11 @@ def _own(thread: Thread) -> bool:
     return str(thread.get("name") or "").startswith(_OWN_THREADS)
 
 
+def is_training_thread(thread: Thread) -> bool:
+    """Ray Train's thread that runs the user's training function."""
+    return str(thread.get("name") or "").startswith(TRAIN_THREAD_PREFIX)
+
+
 def main_thread(worker: Worker) -> Thread | None:
     threads = [t for t in worker.get("threads") or [] if not _own(t)]
     if not threads:
@@ -37,7 +42,7 @@ def main_thread(worker: Worker) -> Thread | None:
         if t.get("paused"):
             return t
     for t in threads:
-        if str(t.get("name") or "").startswith(TRAIN_THREAD_PREFIX):
+        if is_training_thread(t):
             return t
 
     def score(t: Thread) -> tuple[int, int, int]:
